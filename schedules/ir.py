@@ -1,0 +1,163 @@
+"""The op IR: what one rank does, one op at a time, on named streams.
+
+Ops on one stream run in order, like a CUDA stream; `deps` name ops (by label) on other streams
+of the same rank that must finish first, like CUDA events. Every op has a one-line text form
+that round-trips through `parse_op`:
+
+    compute: F3@1                      forward of microbatch 3 on global pipeline stage 1
+    compute: B3@1 after RECV B3@2      backward, waits for the gradient from stage 2
+    compute: OPT@1                     optimizer step of stage 1's parameters
+    send: SEND F3@1 ->2 4096B after F3@1
+    recv: RECV F3@0 <-0 4096B
+
+A message's tag is (phase, microbatch, producer stage), so `SEND F3@1` on one rank matches
+`RECV F3@1` on its peer. Labels are unique within a rank.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PHASES = ("F", "B", "OPT")
+COMPUTE_STREAM = "compute"
+SEND_STREAM = "send"
+RECV_STREAM = "recv"
+
+Tag = tuple[str, int, int]  # (phase "F"|"B", microbatch, producer stage)
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Forward (F), backward (B) or optimizer step (OPT) of one stage's layers for one microbatch."""
+
+    phase: str
+    microbatch: int | None
+    stage: int
+    flops: float = 0.0
+    stream: str = COMPUTE_STREAM
+    deps: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        if self.phase == "OPT":
+            return f"OPT@{self.stage}"
+        return f"{self.phase}{self.microbatch}@{self.stage}"
+
+
+@dataclass(frozen=True)
+class Send:
+    """Point-to-point send of the tensor tagged `tag` to rank `peer` (eager: buffered at the peer)."""
+
+    peer: int
+    tag: Tag
+    nbytes: float
+    stream: str = SEND_STREAM
+    deps: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"SEND {_tag_text(self.tag)}"
+
+
+@dataclass(frozen=True)
+class Recv:
+    """Point-to-point receive of the tensor tagged `tag` from rank `peer`; done when it arrives."""
+
+    peer: int
+    tag: Tag
+    nbytes: float
+    stream: str = RECV_STREAM
+    deps: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"RECV {_tag_text(self.tag)}"
+
+
+Op = Compute | Send | Recv
+
+
+@dataclass
+class Program:
+    """rank -> ordered ops, plus the facts about the pipeline the validator needs."""
+
+    ops: dict[int, list[Op]]
+    num_stages: int
+    num_microbatches: int
+    stage_to_rank: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.ops)
+
+    def to_text(self) -> str:
+        """All ops, one per line, grouped by rank (`rank 0:` headers); `Program.parse` reads it back."""
+        lines = []
+        for rank in self.ranks:
+            lines.append(f"rank {rank}:")
+            lines.extend(f"  {format_op(op)}" for op in self.ops[rank])
+        return "\n".join(lines)
+
+
+def _tag_text(tag: Tag) -> str:
+    phase, microbatch, stage = tag
+    return f"{phase}{microbatch}@{stage}"
+
+
+def _flops_text(flops: float) -> str:
+    return f" {flops!r}FLOP" if flops else ""
+
+
+def format_op(op: Op) -> str:
+    """The one-line text form of an op (see the module docstring)."""
+    if isinstance(op, Compute):
+        body = op.label + _flops_text(op.flops)
+    elif isinstance(op, Send):
+        body = f"{op.label} ->{op.peer} {op.nbytes!r}B"
+    else:
+        body = f"{op.label} <-{op.peer} {op.nbytes!r}B"
+    after = f" after {', '.join(op.deps)}" if op.deps else ""
+    return f"{op.stream}: {body}{after}"
+
+
+_TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
+_COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?: (?P<flops>\S+)FLOP)?$")
+_P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
+
+
+def parse_op(text: str) -> Op:
+    """Inverse of `format_op`; raises ValueError naming the text it could not read."""
+    stream, sep, rest = text.strip().partition(": ")
+    if not sep:
+        raise ValueError(f"op text {text!r}: expected 'stream: body'")
+    body, _, after = rest.partition(" after ")
+    deps = tuple(d.strip() for d in after.split(",")) if after else ()
+    if m := _COMPUTE_RE.match(body):
+        phase = "OPT" if m["opt"] else m["phase"]
+        microbatch = None if m["opt"] else int(m["mb"])
+        flops = float(m["flops"]) if m["flops"] else 0.0
+        return Compute(phase, microbatch, int(m["stage"]), flops, stream, deps)
+    if m := _P2P_RE.match(body):
+        tag = (m["phase"], int(m["mb"]), int(m["stage"]))
+        cls = Send if m["kind"] == "SEND" else Recv
+        if (cls is Send) != (m["dir"] == "->"):
+            raise ValueError(f"op text {text!r}: SEND takes '->', RECV takes '<-'")
+        return cls(int(m["peer"]), tag, float(m["nbytes"]), stream, deps)
+    raise ValueError(f"op text {text!r}: not a compute, send or recv op")
+
+
+def parse_program(text: str, num_stages: int, num_microbatches: int, stage_to_rank: dict[int, int]) -> Program:
+    """Read `Program.to_text()` output back."""
+    ops: dict[int, list[Op]] = {}
+    current = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if m := re.match(r"rank (\d+):$", line.strip()):
+            current = ops.setdefault(int(m[1]), [])
+        elif current is None:
+            raise ValueError(f"program text: op {line.strip()!r} before any 'rank N:' header")
+        else:
+            current.append(parse_op(line))
+    return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))

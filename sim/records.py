@@ -1,0 +1,56 @@
+"""The event log: the one record of a run. Every report, metric and plot is a function of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """One op on one rank's stream, from when it started to when it finished (seconds).
+
+    `phase` is "F", "B", "OPT" for compute, "SEND"/"RECV" for point-to-point; `microbatch` and
+    `stage` are None where they do not apply.
+    """
+
+    rank: int
+    stream: str
+    label: str
+    phase: str
+    microbatch: int | None
+    stage: int | None
+    start_s: float
+    end_s: float
+    nbytes: float = 0.0
+    flops: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class FlowSpan:
+    """One message moved by the network: its route (link ids), when it entered and was delivered."""
+
+    src: int
+    dst: int
+    links: tuple[int, ...]
+    start_s: float
+    end_s: float
+    nbytes: float
+    label: str
+
+
+@dataclass(frozen=True)
+class EventLog:
+    """Everything a run recorded, in a deterministic order (by start time, then rank, then stream)."""
+
+    spans: tuple[Span, ...]
+    flows: tuple[FlowSpan, ...]
+    num_ranks: int
+    link_names: tuple[str, ...]
+
+    @property
+    def makespan_s(self) -> float:
+        return max((s.end_s for s in self.spans), default=0.0)
