@@ -1,0 +1,182 @@
+"""Check a Program before it runs, and name the first broken rule with its rank, op index and label.
+
+Rules, checked in this order:
+  structure   labels unique per rank; every dep names an op of the same rank
+  placement   a compute op runs on the rank that holds its stage
+  coverage    every (F|B, microbatch, stage) exactly once; one OPT per stage, after its backwards
+  order       on a stage, a microbatch's forward comes before its backward
+  chains      F(mb, s) consumes F(mb, s-1)'s output, B(mb, s) consumes B(mb, s+1)'s: by a receive it
+              depends on, or by an earlier op on the same stream when both stages share a rank
+  p2p         a send goes to the rank that consumes it and after the op that produced it; every
+              send has exactly one matching receive (peer, tag, bytes) and vice versa
+  deadlock    a dry run (eager sends, in-order streams) finishes every op
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from schedules.ir import Compute, Op, Program, Recv, Send
+
+
+class ProgramError(ValueError):
+    """A schedule that cannot be right; the message names rank, op and rule."""
+
+
+def _where(rank: int, index: int, op: Op) -> str:
+    return f"rank {rank}, op {index} ({op.label})"
+
+
+def validate(program: Program) -> None:
+    """Raise ProgramError at the first broken rule (see the module docstring)."""
+    _check_structure(program)
+    _check_coverage_and_order(program)
+    _check_chains(program)
+    _check_p2p(program)
+    _check_deadlock(program)
+
+
+def _check_structure(program: Program) -> None:
+    for rank in program.ranks:
+        seen: set[str] = set()
+        for i, op in enumerate(program.ops[rank]):
+            if op.label in seen:
+                raise ProgramError(f"{_where(rank, i, op)}: label used twice on this rank")
+            seen.add(op.label)
+        for i, op in enumerate(program.ops[rank]):
+            for dep in op.deps:
+                if dep not in seen:
+                    raise ProgramError(f"{_where(rank, i, op)}: depends on {dep!r}, which rank {rank} never runs")
+
+
+def _check_coverage_and_order(program: Program) -> None:
+    found: dict[tuple[str, int | None, int], tuple[int, int]] = {}
+    for rank in program.ranks:
+        for i, op in enumerate(program.ops[rank]):
+            if not isinstance(op, Compute):
+                continue
+            owner = program.stage_to_rank.get(op.stage)
+            if owner != rank:
+                raise ProgramError(f"{_where(rank, i, op)}: stage {op.stage} belongs to rank {owner}")
+            key = (op.phase, op.microbatch, op.stage)
+            if op.microbatch is not None and not 0 <= op.microbatch < program.num_microbatches:
+                raise ProgramError(f"{_where(rank, i, op)}: microbatch outside 0..{program.num_microbatches - 1}")
+            if op.phase == "B" and ("F", op.microbatch, op.stage) not in found:
+                raise ProgramError(f"{_where(rank, i, op)}: backward before its forward")
+            if op.phase == "OPT":
+                missing = [mb for mb in range(program.num_microbatches) if ("B", mb, op.stage) not in found]
+                if missing:
+                    raise ProgramError(f"{_where(rank, i, op)}: optimizer step before backward B{missing[0]}@{op.stage}")
+            found[key] = (rank, i)
+    for stage in range(program.num_stages):
+        for phase, mbs in (("F", range(program.num_microbatches)), ("B", range(program.num_microbatches)),
+                           ("OPT", [None])):
+            for mb in mbs:
+                if (phase, mb, stage) not in found:
+                    label = f"OPT@{stage}" if mb is None else f"{phase}{mb}@{stage}"
+                    raise ProgramError(f"rank {program.stage_to_rank.get(stage)}: {label} is never run")
+    counts = defaultdict(int)
+    for rank in program.ranks:
+        for op in program.ops[rank]:
+            if isinstance(op, Compute):
+                counts[op.label] += 1
+    for rank in program.ranks:
+        for i, op in enumerate(program.ops[rank]):
+            if isinstance(op, Compute) and counts[op.label] > 1:
+                raise ProgramError(f"{_where(rank, i, op)}: run more than once")
+
+
+def _check_chains(program: Program) -> None:
+    for rank in program.ranks:
+        ops = program.ops[rank]
+        index = {op.label: i for i, op in enumerate(ops)}
+        for i, op in enumerate(ops):
+            if not isinstance(op, Compute) or op.phase == "OPT":
+                continue
+            src = op.stage - 1 if op.phase == "F" else op.stage + 1
+            if not 0 <= src < program.num_stages:
+                continue
+            needed = f"{op.phase}{op.microbatch}@{src}"
+            if program.stage_to_rank[src] == rank:
+                j = index.get(needed)
+                same_stream_before = j is not None and j < i and ops[j].stream == op.stream
+                if not (same_stream_before or needed in op.deps):
+                    raise ProgramError(f"{_where(rank, i, op)}: runs before {needed}, whose output it consumes")
+            elif f"RECV {needed}" not in op.deps:
+                what = "activation" if op.phase == "F" else "gradient"
+                raise ProgramError(f"{_where(rank, i, op)}: does not wait for the {what} {needed} "
+                                   f"(needs a dependency on RECV {needed})")
+
+
+def _check_p2p(program: Program) -> None:
+    recvs: dict[tuple[int, int, tuple], tuple[int, Recv]] = {}
+    for rank in program.ranks:
+        for i, op in enumerate(program.ops[rank]):
+            if isinstance(op, Recv):
+                recvs[(op.peer, rank, op.tag)] = (i, op)
+    matched = set()
+    for rank in program.ranks:
+        for i, op in enumerate(program.ops[rank]):
+            if not isinstance(op, Send):
+                continue
+            phase, mb, stage = op.tag
+            if program.stage_to_rank.get(stage) != rank:
+                raise ProgramError(f"{_where(rank, i, op)}: sends the output of stage {stage}, which rank {rank} does not hold")
+            consumer = stage + 1 if phase == "F" else stage - 1
+            expected = program.stage_to_rank.get(consumer)
+            if op.peer != expected:
+                raise ProgramError(f"{_where(rank, i, op)}: sends to rank {op.peer}, but stage {consumer} that "
+                                   f"consumes {phase}{mb}@{stage} is on rank {expected}")
+            producer = f"{phase}{mb}@{stage}"
+            if producer not in op.deps:
+                raise ProgramError(f"{_where(rank, i, op)}: does not wait for {producer}, which produces what it sends")
+            key = (rank, op.peer, op.tag)
+            if key not in recvs:
+                raise ProgramError(f"{_where(rank, i, op)}: rank {op.peer} never receives it")
+            j, recv = recvs[key]
+            if recv.nbytes != op.nbytes:
+                raise ProgramError(f"{_where(rank, i, op)}: sends {op.nbytes!r} B but rank {op.peer} op {j} "
+                                   f"receives {recv.nbytes!r} B")
+            matched.add(key)
+    for (src, dst, _), (j, recv) in sorted(recvs.items(), key=lambda kv: (kv[0][1], kv[1][0])):
+        if (src, dst, recv.tag) not in matched:
+            raise ProgramError(f"{_where(dst, j, recv)}: rank {src} never sends it")
+
+
+def _check_deadlock(program: Program) -> None:
+    """Dry run: each stream walks its ops in order; an op finishes once its deps have finished
+    (a receive also once its matching send has finished). Stuck streams are a deadlock."""
+    streams: dict[tuple[int, str], list[tuple[int, Op]]] = defaultdict(list)
+    for rank in program.ranks:
+        for i, op in enumerate(program.ops[rank]):
+            streams[(rank, op.stream)].append((i, op))
+    done: set[tuple[int, str]] = set()
+    sent: set[tuple[int, int, tuple]] = set()
+    pos = {key: 0 for key in streams}
+    progress = True
+    while progress:
+        progress = False
+        for (rank, stream), ops in streams.items():
+            while pos[(rank, stream)] < len(ops):
+                _, op = ops[pos[(rank, stream)]]
+                if _blocker(rank, op, done, sent) is not None:
+                    break
+                done.add((rank, op.label))
+                if isinstance(op, Send):
+                    sent.add((rank, op.peer, op.tag))
+                pos[(rank, stream)] += 1
+                progress = True
+    stuck = [(key, ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
+    if stuck:
+        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(rank, op, done, sent)}"
+                          for (rank, stream), (i, op) in sorted(stuck, key=lambda s: s[0]))
+        raise ProgramError(f"deadlock: {waits}")
+
+
+def _blocker(rank: int, op: Op, done: set, sent: set) -> str | None:
+    for dep in op.deps:
+        if (rank, dep) not in done:
+            return dep
+    if isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
+        return f"SEND {op.label[5:]} on rank {op.peer}"
+    return None

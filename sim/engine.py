@@ -1,0 +1,106 @@
+"""The SimPy engine: one process per (rank, stream) walks its ops in order.
+
+A compute op holds its stream for its cost-model time. A send waits for its dependencies, then
+hands its bytes to the network and finishes when they are delivered (eager: the receiver need
+not be ready; the message waits in the receiver's mailbox). A receive finishes when its message
+is in the mailbox. `deps` are waited on through one SimPy event per op that something depends on.
+
+Tie-break rule: SimPy runs events scheduled for the same time in the order they were scheduled;
+processes are created in (rank, stream first appearance) order, so one Program gives one record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import simpy
+
+from schedules.ir import Compute, Op, Program, Recv, Send
+from sim.network import Network
+from sim.records import EventLog, Span
+
+
+class DeadlockError(RuntimeError):
+    """The run ended with ops that could never start; the message says what each waits for."""
+
+
+class Numerics(Protocol):
+    """What the engine asks of the numerics: run compute on real arrays, move real payloads."""
+
+    def run_compute(self, rank: int, op: Compute) -> None: ...
+    def send_payload(self, rank: int, op: Send) -> object: ...
+    def receive(self, rank: int, op: Recv, payload: object) -> None: ...
+
+
+class _NoNumerics:
+    def run_compute(self, rank, op):
+        pass
+
+    def send_payload(self, rank, op):
+        return None
+
+    def receive(self, rank, op, payload):
+        pass
+
+
+def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
+                rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None) -> EventLog:
+    """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck."""
+    env = network.env
+    numerics = numerics or _NoNumerics()
+    rank_to_gpu = rank_to_gpu or {rank: rank for rank in program.ranks}
+    needed = {(rank, dep) for rank in program.ranks for op in program.ops[rank] for dep in op.deps}
+    finished = {key: env.event() for key in sorted(needed)}
+    mailbox: dict[tuple[int, int, tuple], simpy.Event] = {}
+    spans: list[Span] = []
+    waiting: dict[tuple[int, str], str] = {}
+
+    def letter(src: int, dst: int, tag: tuple) -> simpy.Event:
+        key = (src, dst, tag)
+        if key not in mailbox:
+            mailbox[key] = env.event()
+        return mailbox[key]
+
+    def walk(rank: int, stream: str, ops: list[Op]):
+        for op in ops:
+            for dep in op.deps:
+                event = finished[(rank, dep)]
+                if not event.triggered:
+                    waiting[(rank, stream)] = f"{op.label} waits for {dep}"
+                    yield event
+            start = env.now
+            if isinstance(op, Compute):
+                numerics.run_compute(rank, op)
+                yield env.timeout(compute_time_s(op))
+                phase, mb, stage, nbytes, flops = op.phase, op.microbatch, op.stage, 0.0, op.flops
+            elif isinstance(op, Send):
+                payload = numerics.send_payload(rank, op)
+                waiting[(rank, stream)] = f"{op.label} in flight"
+                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{op.label} r{rank}->r{op.peer}")
+                letter(rank, op.peer, op.tag).succeed(payload)
+                phase, (_, mb, stage), nbytes, flops = "SEND", op.tag, op.nbytes, 0.0
+            else:
+                waiting[(rank, stream)] = f"{op.label} waits for SEND {op.label[5:]} from rank {op.peer}"
+                payload = yield letter(op.peer, rank, op.tag)
+                numerics.receive(rank, op, payload)
+                phase, (_, mb, stage), nbytes, flops = "RECV", op.tag, op.nbytes, 0.0
+            spans.append(Span(rank, stream, op.label, phase, mb, stage, start, env.now, nbytes, flops))
+            if (rank, op.label) in finished:
+                finished[(rank, op.label)].succeed()
+        waiting.pop((rank, stream), None)
+
+    for rank in program.ranks:
+        streams: dict[str, list[Op]] = {}
+        for op in program.ops[rank]:
+            streams.setdefault(op.stream, []).append(op)
+        for stream, ops in streams.items():
+            waiting[(rank, stream)] = "not started"
+            env.process(walk(rank, stream, ops))
+    env.run()
+    if waiting:
+        blocked = "; ".join(f"rank {r} {s}: {what}" for (r, s), what in sorted(waiting.items()))
+        raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
+    spans.sort(key=lambda s: (s.start_s, s.rank, s.stream, s.end_s, s.label))
+    flows = sorted(network.records, key=lambda f: (f.start_s, f.src, f.dst, f.label))
+    return EventLog(tuple(spans), tuple(flows), len(program.ranks), network.link_names)

@@ -1,0 +1,175 @@
+"""Gantt chart of an EventLog: one row per rank, one lane per stream, a pure function of the record.
+
+Layout, top to bottom: rank 0 first; within a rank the compute lane (full height), then every other
+stream that has spans (send, recv, then the rest by name; thinner). Time runs left to right in us, ms
+or s, picked from the makespan. White space inside a compute lane is idle time: the pipeline bubble.
+
+Drawing uses one PolyCollection per phase (not one artist per span) so thousands of spans stay
+fast, and the PNG is byte-identical for the same log (no timestamp or version in its metadata).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless; we never touch pyplot's global figure state
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from sim.records import EventLog, Span  # noqa: E402
+
+COMPUTE_STREAM = "compute"
+STREAM_ORDER = (COMPUTE_STREAM, "send", "recv")  # then any other stream, by name
+
+# phase -> (face colour, alpha); unknown phases (collectives, ...) take PALETTE in name order.
+PHASE_STYLE = {
+    "F": ("#3b6fb6", 1.0),
+    "B": ("#3f9b57", 1.0),
+    "OPT": ("#c0504d", 1.0),
+    "SEND": ("#d9954a", 0.75),
+    "RECV": ("#9b8fc4", 0.35),  # mostly waiting for the peer, so drawn lightly
+}
+PALETTE = ("#8c6bb1", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#7f7f7f", "#2ca02c", "#ff7f0e")
+PHASE_ORDER = ("F", "B", "OPT", "SEND", "RECV")
+LABELLED_PHASES = ("F", "B")  # microbatch number written inside the box when it fits
+MAX_TEXT_LABELS = 2000
+
+COMPUTE_LANE_H = 1.0  # lane heights in y units
+COMM_LANE_H = 0.55
+RANK_GAP = 0.35
+INCH_PER_UNIT = 0.3
+FIG_W_IN = 14.0
+MAX_FIG_H_IN = 36.0
+DPI = 110
+
+
+def time_unit(makespan_s: float) -> tuple[str, float]:
+    """(unit name, factor from seconds) for an axis that spans `makespan_s`."""
+    if makespan_s < 1e-3:
+        return "us", 1e6
+    if makespan_s < 1.0:
+        return "ms", 1e3
+    return "s", 1.0
+
+
+def stream_sort_key(stream: str) -> tuple[int, str]:
+    """compute, send, recv first (in that order), then any other stream by name."""
+    if stream in STREAM_ORDER:
+        return STREAM_ORDER.index(stream), ""
+    return len(STREAM_ORDER), stream
+
+
+def phase_colours(phases: set[str]) -> dict[str, tuple[str, float]]:
+    """A fixed colour per known phase; unknown phases get PALETTE entries in name order."""
+    known = [p for p in PHASE_ORDER if p in phases]
+    extra = sorted(phases - set(PHASE_STYLE))
+    styles = {p: PHASE_STYLE[p] for p in known}
+    styles.update({p: (PALETTE[i % len(PALETTE)], 0.85) for i, p in enumerate(extra)})
+    return styles
+
+
+def lane_layout(log: EventLog) -> list[tuple[int, str, float, float]]:
+    """(rank, stream, y_top, height) per lane, top to bottom; every rank has a compute lane."""
+    streams: dict[int, set[str]] = {r: {COMPUTE_STREAM} for r in range(log.num_ranks)}
+    for span in log.spans:
+        streams.setdefault(span.rank, {COMPUTE_STREAM}).add(span.stream)
+    lanes, y = [], 0.0
+    for rank in sorted(streams):
+        for stream in sorted(streams[rank], key=stream_sort_key):
+            height = COMPUTE_LANE_H if stream == COMPUTE_STREAM else COMM_LANE_H
+            lanes.append((rank, stream, y, height))
+            y += height
+        y += RANK_GAP
+    return lanes
+
+
+def _lane_label(rank: int, stream: str) -> str:
+    return f"rank {rank}" if stream == COMPUTE_STREAM else f"r{rank} {stream}"
+
+
+def _box(span: Span, y_top: float, height: float, scale: float) -> list[tuple[float, float]]:
+    pad = 0.08 if height >= COMPUTE_LANE_H else 0.12
+    x0, x1 = span.start_s * scale, span.end_s * scale
+    y0, y1 = y_top + pad, y_top + height - pad
+    return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+
+
+def plot_gantt(log: EventLog, path: str | Path, title: str) -> None:
+    """Write a PNG Gantt chart of `log` to `path` (see the module docstring for the layout)."""
+    lanes = lane_layout(log)
+    total_h = lanes[-1][2] + lanes[-1][3] if lanes else 1.0
+    fig_h = min(MAX_FIG_H_IN, max(3.0, total_h * INCH_PER_UNIT + 1.15))
+    fig = Figure(figsize=(FIG_W_IN, fig_h), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.075, 0.65 / fig_h, 0.8, 1.0 - 1.15 / fig_h))  # inches kept for x label/title
+    pt_per_unit = (1.0 - 1.15 / fig_h) * fig_h * 72.0 / total_h
+    tick_pt = max(3.0, min(9.0, 0.55 * pt_per_unit))
+
+    makespan = log.makespan_s
+    unit, scale = time_unit(makespan)
+    x_max = max(makespan * scale, 1e-12) * 1.01
+    lane_of = {(rank, stream): (y, h) for rank, stream, y, h in lanes}
+
+    styles = phase_colours({s.phase for s in log.spans})
+    verts: dict[str, list] = {p: [] for p in styles}
+    for span in log.spans:
+        y, h = lane_of[(span.rank, span.stream)]
+        verts[span.phase].append(_box(span, y, h, scale))
+    edge_lw = _edge_width(log, ax, x_max / scale)
+    for phase, (colour, alpha) in styles.items():
+        edge = "none" if phase in ("SEND", "RECV") or edge_lw == 0.0 else "#222222"
+        ax.add_collection(PolyCollection(verts[phase], facecolors=colour, edgecolors=edge,
+                                         linewidths=edge_lw, alpha=alpha, zorder=2))
+
+    _label_microbatches(ax, log, lane_of, scale, x_max, pt_per_unit)
+    ax.set_xlim(0.0, x_max)
+    ax.set_ylim(total_h, 0.0)  # rank 0 on top
+    ax.set_yticks([y + h / 2 for _, _, y, h in lanes])
+    ax.set_yticklabels([_lane_label(r, s) for r, s, _, _ in lanes], fontsize=tick_pt)
+    ax.tick_params(axis="y", length=0)
+    for rank, stream, y, _ in lanes[1:]:
+        if stream == COMPUTE_STREAM:  # separator between ranks
+            ax.axhline(y - RANK_GAP / 2, color="#bbbbbb", linewidth=0.6, zorder=1)
+    ax.grid(axis="x", color="#e6e6e6", linewidth=0.6, zorder=0)
+    ax.set_axisbelow(True)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_title(f"{title}    makespan {makespan * scale:.4g} {unit}", fontsize=11)
+    handles = [Patch(facecolor=c, alpha=a, edgecolor="#222222", linewidth=0.4, label=p)
+               for p, (c, a) in styles.items()]
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=9,
+                  frameon=False, title="phase", title_fontsize=9)
+    if not log.spans:
+        ax.text(0.5, 0.5, "no spans recorded", transform=ax.transAxes, ha="center", va="center")
+    fig.savefig(path, format="png", metadata={"Software": None})
+
+
+def _edge_width(log: EventLog, ax, x_span_s: float) -> float:
+    """Box outline width in points, thinner as boxes get narrower so dense lanes keep their colour."""
+    busy = [s.duration_s for s in log.spans if s.duration_s > 0]
+    if not busy:
+        return 0.4
+    mean_box_pt = sum(busy) / len(busy) / x_span_s * ax.get_position().width * FIG_W_IN * 72.0
+    return 0.0 if mean_box_pt < 2.0 else min(0.4, 0.05 * mean_box_pt)
+
+
+def _label_microbatches(ax, log: EventLog, lane_of, scale: float, x_max: float, pt_per_unit: float) -> None:
+    """Write the microbatch number inside F/B boxes wide enough to hold it (at most MAX_TEXT_LABELS)."""
+    boxes = [s for s in log.spans if s.phase in LABELLED_PHASES and s.microbatch is not None]
+    if not boxes or len(boxes) > MAX_TEXT_LABELS:
+        return
+    axes_w_pt = ax.get_position().width * FIG_W_IN * 72.0
+    for span in boxes:
+        text = str(span.microbatch)
+        y, h = lane_of[(span.rank, span.stream)]
+        width_pt = span.duration_s * scale / x_max * axes_w_pt
+        font_pt = min(8.0, 0.5 * pt_per_unit * h, (width_pt - 2.0) / (0.62 * len(text)))
+        if font_pt < 4.5:  # too small to read: leave the box plain
+            continue
+        ax.text((span.start_s + span.end_s) / 2 * scale, y + h / 2, text, ha="center", va="center",
+                fontsize=round(font_pt * 2) / 2, color="white", zorder=3, clip_on=True)

@@ -1,0 +1,64 @@
+"""Metrics of a run, each a pure function of the event log, each defined by its formula."""
+
+from __future__ import annotations
+
+from sim.records import EventLog
+
+PIPELINE_PHASES = ("F", "B")
+
+
+def step_time_s(log: EventLog) -> float:
+    """Step time = the end of the last span of any rank (the step starts at t = 0)."""
+    return log.makespan_s
+
+
+def bubble_ratio_per_rank(log: EventLog) -> list[float]:
+    """bubble_r = idle_r / (idle_r + busy_r) over the pipeline window [0, T_FB].
+
+    busy_r is the time rank r spends in forward and backward compute; T_FB is the end of the last
+    forward or backward on any rank, so idle_r + busy_r = T_FB. The optimizer step is left out:
+    it follows the flush and is not part of the pipeline's bubble.
+    """
+    window_s = max((s.end_s for s in log.spans if s.phase in PIPELINE_PHASES), default=0.0)
+    busy = [0.0] * log.num_ranks
+    for span in log.spans:
+        if span.phase in PIPELINE_PHASES:
+            busy[span.rank] += span.duration_s
+    if window_s <= 0:
+        return [0.0] * log.num_ranks
+    return [(window_s - b) / window_s for b in busy]
+
+
+def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
+    """Most (microbatch, stage) activations a rank holds at once: +1 when a forward starts,
+    -1 when its backward ends (an end at the same instant as a start is counted first)."""
+    events: list[list[tuple[float, int]]] = [[] for _ in range(log.num_ranks)]
+    for span in log.spans:
+        if span.phase == "F":
+            events[span.rank].append((span.start_s, +1))
+        elif span.phase == "B":
+            events[span.rank].append((span.end_s, -1))
+    peaks = []
+    for rank_events in events:
+        level = peak = 0
+        for _, delta in sorted(rank_events):
+            level += delta
+            peak = max(peak, level)
+        peaks.append(peak)
+    return peaks
+
+
+def model_flops(log: EventLog) -> float:
+    """Total FLOPs of forward and backward compute over all ranks."""
+    return sum(s.flops for s in log.spans if s.phase in PIPELINE_PHASES)
+
+
+def tflops_per_gpu(log: EventLog, num_gpus: int) -> float:
+    """Achieved model TFLOP/s per GPU = forward+backward FLOPs / (step time x GPUs) / 1e12."""
+    step = step_time_s(log)
+    return model_flops(log) / (step * num_gpus) / 1e12 if step > 0 else 0.0
+
+
+def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
+    """Model FLOPs utilisation = achieved FLOP/s per GPU / the GPU's peak dense FLOP/s."""
+    return tflops_per_gpu(log, num_gpus) * 1e12 / peak_flops

@@ -1,0 +1,31 @@
+"""The single-device reference: the whole batch through the unsplit model, then one optimizer step.
+
+All m microbatches of b rows are concatenated into one (m b, s) batch. Since every microbatch has
+the same number of tokens, the mean token loss of the whole batch equals the mean over
+microbatches of their mean losses, which is what a pipeline with 1/m loss scaling optimizes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.numerics.optim import make_optimizer
+from sim.numerics.transformer import ShadowConfig, loss_and_grads
+
+
+class ReferenceResult(NamedTuple):
+    params: dict[str, np.ndarray]  # after the optimizer step
+    grads: dict[str, np.ndarray]  # dloss/dparam at the initial parameters
+    loss: float  # mean token loss at the initial parameters
+
+
+def reference_step(cfg: ShadowConfig, params: dict[str, np.ndarray], tokens: np.ndarray, targets: np.ndarray,
+                   optimizer: str, lr: float) -> ReferenceResult:
+    """Forward + backward of tokens (B, s) against targets (B, s), then one step of `optimizer`.
+    `params` is not modified; the result holds updated copies."""
+    loss, grads = loss_and_grads(params, cfg, tokens, targets)
+    updated = {name: value.copy() for name, value in params.items()}
+    make_optimizer(optimizer, lr).step(updated, grads)
+    return ReferenceResult(updated, grads, loss)

@@ -1,0 +1,97 @@
+"""Chrome trace (Perfetto, chrome://tracing) JSON of an EventLog, a pure function of the record.
+
+Mapping:
+    rank r            -> process pid = r, named "rank r"
+    stream            -> thread, tid = stream_tids(log)[stream] (compute 0, send 1, recv 2, others after)
+    Span              -> one complete event ph "X": name = label, cat = phase, ts/dur in microseconds,
+                         args {microbatch, stage, bytes, flops}
+    network           -> process pid = num_ranks, named "network"
+    FlowSpan on link  -> one "X" event per link of its route, on that link's thread (named
+                         log.link_names[link]); flows that overlap on one link go to extra lanes
+                         "<link> #2", ... because "X" events on one thread must nest.
+
+Open the file at https://ui.perfetto.dev. The output is deterministic: events in a fixed order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.records import EventLog, FlowSpan
+
+US_PER_S = 1e6
+STREAM_ORDER = ("compute", "send", "recv")  # then any other stream, by name
+
+
+def stream_tids(log: EventLog) -> dict[str, int]:
+    """stream name -> thread id, the same on every rank: compute, send, recv, then others by name."""
+    names = {s.stream for s in log.spans}
+    ordered = [s for s in STREAM_ORDER if s in names] + sorted(names - set(STREAM_ORDER))
+    return {name: tid for tid, name in enumerate(ordered)}
+
+
+def link_lanes(flows: tuple[FlowSpan, ...]) -> dict[tuple[int, int], int]:
+    """(flow index, link) -> lane on that link, packing flows greedily so one lane never overlaps."""
+    per_link: dict[int, list[tuple[float, float, int]]] = {}
+    for i, flow in enumerate(flows):
+        for link in flow.links:
+            per_link.setdefault(link, []).append((flow.start_s, flow.end_s, i))
+    lanes = {}
+    for link, items in per_link.items():
+        lane_ends: list[float] = []  # end time of the last flow placed in each lane
+        for start, end, i in sorted(items):
+            lane = next((k for k, e in enumerate(lane_ends) if e <= start), len(lane_ends))
+            if lane == len(lane_ends):
+                lane_ends.append(end)
+            lane_ends[lane] = end
+            lanes[(i, link)] = lane
+    return lanes
+
+
+def _meta(pid: int, tid: int, name: str, value) -> dict:
+    key = "sort_index" if name.endswith("sort_index") else "name"
+    return {"ph": "M", "pid": pid, "tid": tid, "name": name, "args": {key: value}}
+
+
+def chrome_trace(log: EventLog) -> dict:
+    """The trace as a dict: {"traceEvents": [...], "displayTimeUnit": "ms"} (see module docstring)."""
+    tids = stream_tids(log)
+    meta, events = [], []
+    for rank in range(log.num_ranks):
+        meta += [_meta(rank, 0, "process_name", f"rank {rank}"), _meta(rank, 0, "process_sort_index", rank)]
+    for rank, stream in sorted({(s.rank, s.stream) for s in log.spans}, key=lambda rs: (rs[0], tids[rs[1]])):
+        tid = tids[stream]
+        meta += [_meta(rank, tid, "thread_name", stream), _meta(rank, tid, "thread_sort_index", tid)]
+    for span in log.spans:
+        events.append({
+            "ph": "X", "pid": span.rank, "tid": tids[span.stream], "name": span.label, "cat": span.phase,
+            "ts": span.start_s * US_PER_S, "dur": span.duration_s * US_PER_S,
+            "args": {"microbatch": span.microbatch, "stage": span.stage, "bytes": span.nbytes,
+                     "flops": span.flops},
+        })
+
+    net = log.num_ranks
+    lanes = link_lanes(log.flows)
+    flow_tid = {key: tid for tid, key in enumerate(sorted({(link, lane) for (_, link), lane in lanes.items()}))}
+    if log.flows:
+        meta += [_meta(net, 0, "process_name", "network"), _meta(net, 0, "process_sort_index", net)]
+    for (link, lane), tid in flow_tid.items():
+        name = log.link_names[link] if link < len(log.link_names) else f"link {link}"
+        name += f" #{lane + 1}" if lane else ""
+        meta += [_meta(net, tid, "thread_name", name), _meta(net, tid, "thread_sort_index", tid)]
+    for i, flow in enumerate(log.flows):
+        for link in flow.links:
+            events.append({
+                "ph": "X", "pid": net, "tid": flow_tid[(link, lanes[(i, link)])], "name": flow.label,
+                "cat": "flow", "ts": flow.start_s * US_PER_S, "dur": (flow.end_s - flow.start_s) * US_PER_S,
+                "args": {"src": flow.src, "dst": flow.dst, "bytes": flow.nbytes, "route": list(flow.links)},
+            })
+    events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], e["name"]))
+    return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+
+
+def write_trace(log: EventLog, path: str | Path) -> None:
+    """Write `chrome_trace(log)` as compact, key-sorted JSON."""
+    text = json.dumps(chrome_trace(log), sort_keys=True, separators=(",", ":"))
+    Path(path).write_text(text + "\n")

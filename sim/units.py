@@ -1,0 +1,146 @@
+"""Unit strings in, SI floats out: parsed once, at the edge (the scenario loader).
+
+Inside clustersim every quantity is SI: bytes, bytes/s, seconds, FLOP/s. Users write
+"80GiB", "300GB/s", "25Gb/s", "1.5us", "312TFLOPS"; these functions turn them into floats.
+
+Prefixes: decimal k/K M G T P (E for FLOP/s) = 10^3, 10^6, ...; binary Ki Mi Gi Ti Pi =
+2^10, 2^20, ... Case matters for the base unit: "B" is a byte, "b" is a bit (bits / 8 = bytes),
+so "25Gb/s" = 25e9 / 8 = 3.125e9 bytes/s. A plain number (int, float, or a string such as
+"4096") is taken as already SI. Every parser raises ValueError with the text and an example
+of what it expected.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_BYTE_PREFIXES = {**{k: v for k, v in _DECIMAL.items() if k != "E"}, **_BINARY}
+_BITS_PER_BYTE = 8.0
+# Divisors, not multipliers: 500 / 1e9 is exactly the double nearest 5e-7; 500 * 1e-9 is not.
+_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9, "ps": 1e12}
+
+_PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|[kKMGTP]?)"
+_BYTES_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb]?)$")
+_BANDWIDTH_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb])(?:/s|ps)$")
+_TIME_RE = re.compile(rf"^{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|\u03bcs|ns|ps)?$")
+_FLOPS_RE = re.compile(rf"^{_NUMBER}\s*(?P<prefix>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s)$")
+
+# Patterns for the JSON schema (editors highlight bad values before the loader sees them).
+BYTES_PATTERN = _BYTES_RE.pattern.replace("?P<num>", "").replace("?P<prefix>", "").replace("?P<base>", "")
+BANDWIDTH_PATTERN = (
+    _BANDWIDTH_RE.pattern.replace("?P<num>", "").replace("?P<prefix>", "").replace("?P<base>", "")
+)
+TIME_PATTERN = _TIME_RE.pattern.replace("?P<num>", "").replace("?P<unit>", "")
+FLOPS_PATTERN = _FLOPS_RE.pattern.replace("?P<num>", "").replace("?P<prefix>", "")
+
+
+def _plain_number(value: object, kind: str, example: str) -> float | None:
+    """An int/float (not bool) is already SI; anything else that is not a str is an error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not {kind}; expected e.g. '{example}'")
+    if isinstance(value, str):
+        return None
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not {kind}: it must be finite")
+    return number
+
+
+def _fail(text: str, kind: str, example: str, hint: str = "") -> ValueError:
+    return ValueError(f"{text!r} is not {kind}; expected e.g. '{example}'{hint}")
+
+
+def parse_bytes(value: object) -> float:
+    """'80GiB' -> 85899345920.0, '1.5MB' -> 1.5e6, '4096' -> 4096.0, 4096 -> 4096.0.
+
+    A size written in bits ('8Gb') is rejected: memory is sized in bytes, and a lowercase 'b'
+    there is almost always a typo for 'B'.
+    """
+    kind, example = "a size in bytes", "80GiB"
+    number = _plain_number(value, kind, example)
+    if number is not None:
+        return number
+    text = value.strip()  # type: ignore[union-attr]
+    match = _BYTES_RE.match(text)
+    if match is None:
+        raise _fail(value, kind, example)
+    if match["base"] == "b":
+        raise _fail(value, kind, example, " ('b' means bits; write 'B' for bytes)")
+    return float(match["num"]) * _BYTE_PREFIXES[match["prefix"]]
+
+
+def parse_bandwidth(value: object) -> float:
+    """Bytes per second: '300GB/s' -> 3e11, '25Gb/s' -> 3.125e9 (bits / 8), '100GiB/s', '400Gbps'."""
+    kind, example = "a bandwidth", "300GB/s"
+    number = _plain_number(value, kind, example)
+    if number is not None:
+        return number
+    match = _BANDWIDTH_RE.match(value.strip())  # type: ignore[union-attr]
+    if match is None:
+        raise _fail(value, kind, example)
+    scale = _BYTE_PREFIXES[match["prefix"]]
+    if match["base"] == "b":
+        scale /= _BITS_PER_BYTE  # bits/s -> bytes/s
+    return float(match["num"]) * scale
+
+
+def parse_seconds(value: object) -> float:
+    """'2us' -> 2e-6, '500ns' -> 5e-7, '3ms' -> 3e-3, '1s' -> 1.0, '2µs' -> 2e-6, 0 -> 0.0."""
+    kind, example = "a time", "1.5us"
+    number = _plain_number(value, kind, example)
+    if number is not None:
+        return number
+    match = _TIME_RE.match(value.strip())  # type: ignore[union-attr]
+    if match is None:
+        raise _fail(value, kind, example)
+    return float(match["num"]) / _PER_SECOND[match["unit"] or "s"]
+
+
+def parse_flops(value: object) -> float:
+    """FLOP per second: '312TFLOPS' -> 3.12e14, '989.5TFLOP/s' -> 9.895e14."""
+    kind, example = "a compute rate", "312TFLOPS"
+    number = _plain_number(value, kind, example)
+    if number is not None:
+        return number
+    match = _FLOPS_RE.match(value.strip())  # type: ignore[union-attr]
+    if match is None:
+        raise _fail(value, kind, example)
+    return float(match["num"]) * _DECIMAL[match["prefix"]]
+
+
+def _scaled(value: float, steps: list[tuple[float, str]], unit: str) -> str:
+    """Pick the largest step not above |value|, print 3 significant digits."""
+    scale, prefix = next(((s, p) for s, p in steps if abs(value) >= s), steps[-1])
+    scaled = value / scale
+    text = f"{scaled:.0f}" if abs(scaled) >= 1000 else f"{scaled:.3g}"
+    return f"{text} {prefix}{unit}"
+
+
+def format_bytes(nbytes: float) -> str:
+    """Binary prefixes, as memory is sized: 85899345920 -> '80 GiB', 1536 -> '1.5 KiB'."""
+    steps = [(2.0**40, "Ti"), (2.0**30, "Gi"), (2.0**20, "Mi"), (2.0**10, "Ki"), (1.0, "")]
+    return _scaled(nbytes, steps, "B")
+
+
+def format_seconds(seconds: float) -> str:
+    """1.5e-6 -> '1.5 us', 0.0032 -> '3.2 ms', 2.0 -> '2 s', 0 -> '0 s'."""
+    if seconds == 0:
+        return "0 s"
+    steps = [(1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")]
+    return _scaled(seconds, steps, "s")
+
+
+def format_bandwidth(bandwidth_Bps: float) -> str:
+    """Decimal prefixes, as links are sold: 3e11 -> '300 GB/s'."""
+    steps = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
+    return _scaled(bandwidth_Bps, steps, "B/s")
+
+
+def format_flops(flops_per_s: float) -> str:
+    """3.12e14 -> '312 TFLOP/s'."""
+    steps = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
+    return _scaled(flops_per_s, steps, "FLOP/s")

@@ -1,0 +1,33 @@
+"""Ops and programs round-trip through their text form."""
+
+import pytest
+
+from schedules.ir import Compute, Recv, Send, format_op, parse_op, parse_program
+from schedules.pipeline import build_program, stage_order
+
+
+@pytest.mark.parametrize("op", [
+    Compute("F", 3, 1),
+    Compute("B", 0, 7, 1.5e12, deps=("RECV B0@8",)),
+    Compute("OPT", None, 2, 3.0),
+    Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",)),
+    Recv(0, ("B", 11, 0), 1e6, stream="p2p"),
+])
+def test_op_round_trips(op):
+    assert parse_op(format_op(op)) == op
+
+
+def test_text_form_reads_well():
+    assert format_op(Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",))) == "send: SEND F3@1 ->2 4096.0B after F3@1"
+
+
+def test_program_round_trips():
+    prog = build_program(stage_order("1f1b", 3, 5), 5, {0: 0, 1: 1, 2: 2}, 128.0, lambda s: 1e9, lambda s: 2e9)
+    again = parse_program(prog.to_text(), 3, 5, prog.stage_to_rank)
+    assert again.ops == prog.ops
+
+
+@pytest.mark.parametrize("text", ["compute F3@1", "compute: X3@1", "send: SEND F3@1 <-2 1.0B"])
+def test_parse_rejects_bad_text(text):
+    with pytest.raises(ValueError, match="op text"):
+        parse_op(text)

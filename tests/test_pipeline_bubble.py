@@ -1,0 +1,45 @@
+"""Pipeline schedules run by the engine match their closed forms."""
+
+import itertools
+
+import pytest
+import simpy
+
+from schedules.pipeline import SCHEDULES, build_program, stage_order
+from schedules.validate import validate
+from sim.engine import run_program
+from sim.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
+from sim.network import Network
+from topologies.switch import switch
+
+FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
+
+
+def run_free_comm(kind: str, p: int, m: int):
+    """Equal stage times and free communication (zero bytes, zero latency)."""
+    program = build_program(stage_order(kind, p, m), m, {s: s for s in range(p)}, 0.0,
+                            forward_flops=lambda s: FORWARD_S, backward_flops=lambda s: BACKWARD_S)
+    validate(program)
+    network = Network(simpy.Environment(), switch(p, 1e9, 0.0))
+    return run_program(program, network, compute_time_s=lambda op: op.flops)
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEDULES))
+def test_bubble_ratio_is_p_minus_1_over_m_plus_p_minus_1(kind):
+    for p, m in itertools.product(range(2, 9), range(1, 33)):
+        log = run_free_comm(kind, p, m)
+        expected = (p - 1) / (m + p - 1)
+        for rank, ratio in enumerate(bubble_ratio_per_rank(log)):
+            assert ratio == pytest.approx(expected, abs=1e-12), (kind, p, m, rank)
+        # makespan of a flushed pipeline: (m + p - 1) x (t_F + t_B)
+        assert step_time_s(log) == pytest.approx((m + p - 1) * (FORWARD_S + BACKWARD_S), abs=1e-9)
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (4, 8), (4, 3), (8, 5), (8, 32), (5, 7)])
+def test_gpipe_holds_every_microbatch_in_flight(p, m):
+    assert peak_inflight_microbatches_per_rank(run_free_comm("gpipe", p, m)) == [m] * p
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (4, 8), (4, 3), (8, 5), (8, 32), (5, 7)])
+def test_1f1b_holds_p_minus_r_in_flight(p, m):
+    assert peak_inflight_microbatches_per_rank(run_free_comm("1f1b", p, m)) == [min(p - r, m) for r in range(p)]

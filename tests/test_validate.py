@@ -1,0 +1,102 @@
+"""The validator accepts every generated schedule and names the first broken rule of a bad one."""
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from schedules.ir import Compute, Recv, Send
+from schedules.pipeline import SCHEDULES, build_program, stage_order
+from schedules.validate import ProgramError, validate
+
+
+def program(kind="1f1b", p=4, m=4):
+    return build_program(stage_order(kind, p, m), m, {s: s for s in range(p)}, 64.0,
+                         forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0)
+
+
+def index_of(prog, rank, label):
+    return next(i for i, op in enumerate(prog.ops[rank]) if op.label == label)
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEDULES))
+def test_accepts_every_generated_schedule(kind):
+    for p, m in itertools.product(range(1, 9), range(1, 17)):
+        validate(program(kind, p, m))
+
+
+def test_rejects_backward_before_its_forward():
+    prog = program()
+    ops = prog.ops[3]
+    f, b = index_of(prog, 3, "F2@3"), index_of(prog, 3, "B2@3")
+    ops[f], ops[b] = ops[b], ops[f]
+    with pytest.raises(ProgramError, match=rf"rank 3, op {f} \(B2@3\): backward before its forward"):
+        validate(prog)
+
+
+def test_rejects_send_to_the_wrong_stage():
+    prog = program()
+    i = index_of(prog, 0, "SEND F1@0")
+    prog.ops[0][i] = replace(prog.ops[0][i], peer=2)
+    with pytest.raises(ProgramError, match=rf"rank 0, op {i} \(SEND F1@0\): sends to rank 2, but stage 1 "
+                                           r"that consumes F1@0 is on rank 1"):
+        validate(prog)
+
+
+def test_rejects_forward_that_does_not_wait_for_its_activation():
+    prog = program()
+    i = index_of(prog, 2, "F1@2")
+    prog.ops[2][i] = replace(prog.ops[2][i], deps=())
+    with pytest.raises(ProgramError, match=rf"rank 2, op {i} \(F1@2\): does not wait for the activation F1@1"):
+        validate(prog)
+
+
+def test_rejects_unmatched_receive():
+    prog = program()
+    i = index_of(prog, 0, "SEND F3@0")
+    del prog.ops[0][i]
+    j = index_of(prog, 1, "RECV F3@0")
+    with pytest.raises(ProgramError, match=rf"rank 1, op {j} \(RECV F3@0\): rank 0 never sends it"):
+        validate(prog)
+
+
+def test_rejects_size_mismatch():
+    prog = program()
+    i = index_of(prog, 1, "RECV F0@0")
+    prog.ops[1][i] = replace(prog.ops[1][i], nbytes=32.0)
+    with pytest.raises(ProgramError, match=r"rank 0, op \d+ \(SEND F0@0\): sends 64.0 B but rank 1 op \d+ receives 32.0 B"):
+        validate(prog)
+
+
+def test_rejects_missing_microbatch():
+    prog = program()
+    prog.ops[1] = [op for op in prog.ops[1] if not (isinstance(op, Compute) and op.label == "F3@1")]
+    with pytest.raises(ProgramError, match=r"F3@1"):
+        validate(prog)
+
+
+def test_rejects_duplicate_compute():
+    prog = program(p=2, m=2)
+    prog.ops[1].insert(0, Compute("F", 5, 1))
+    with pytest.raises(ProgramError, match=r"rank 1, op 0 \(F5@1\): microbatch outside 0..1"):
+        validate(prog)
+
+
+def test_rejects_compute_on_the_wrong_rank():
+    prog = program(p=2, m=1)
+    prog.ops[0].append(Compute("F", 0, 1))
+    with pytest.raises(ProgramError, match=r"rank 0, op \d+ \(F0@1\): stage 1 belongs to rank 1"):
+        validate(prog)
+
+
+def test_detects_deadlock_and_names_the_waiters():
+    # Rank 0 receives B0@1 before it sends F0@0 on the same stream: a cycle through rank 1.
+    prog = program(p=2, m=1)
+    send = next(op for op in prog.ops[0] if isinstance(op, Send))
+    recv = next(op for op in prog.ops[0] if isinstance(op, Recv))
+    prog.ops[0] = [replace(op, stream="p2p") if isinstance(op, (Send, Recv)) else op for op in prog.ops[0]]
+    i, j = prog.ops[0].index(replace(send, stream="p2p")), prog.ops[0].index(replace(recv, stream="p2p"))
+    prog.ops[0][i], prog.ops[0][j] = prog.ops[0][j], prog.ops[0][i]
+    with pytest.raises(ProgramError, match=r"^deadlock: .*rank 0, op \d+ \(RECV B0@1\) on stream p2p waits for "
+                                           r"SEND B0@1 on rank 1"):
+        validate(prog)

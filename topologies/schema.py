@@ -1,0 +1,49 @@
+"""The graph schema every topology builder follows, in one place.
+
+A topology is a `networkx.DiGraph`. Nodes carry `kind` (one of NODE_KINDS) and, for GPUs, `gpu`
+(the GPU's index 0..N-1, which is also the node id's order). A full-duplex link is two directed
+edges, each with `bandwidth` (bytes/s, one direction) and `latency` (seconds). Runtime state
+(flows, rates) never lives on the graph.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+KIND = "kind"
+GPU_INDEX = "gpu"
+BANDWIDTH = "bandwidth"
+LATENCY = "latency"
+
+NODE_KINDS = ("gpu", "nvswitch", "switch", "nic", "leaf", "spine", "router")
+
+
+def add_duplex_link(graph: nx.DiGraph, a, b, bandwidth_Bps: float, latency_s: float) -> None:
+    """Two directed edges a->b and b->a, each with the full one-way bandwidth."""
+    graph.add_edge(a, b, **{BANDWIDTH: bandwidth_Bps, LATENCY: latency_s})
+    graph.add_edge(b, a, **{BANDWIDTH: bandwidth_Bps, LATENCY: latency_s})
+
+
+def gpu_nodes(graph: nx.DiGraph) -> list:
+    """GPU node ids ordered by their GPU index."""
+    gpus = [(data[GPU_INDEX], node) for node, data in graph.nodes(data=True) if data[KIND] == "gpu"]
+    return [node for _, node in sorted(gpus)]
+
+
+def check_schema(graph: nx.DiGraph) -> None:
+    """Raise ValueError if the graph breaks the schema (used by tests on every builder)."""
+    for node, data in graph.nodes(data=True):
+        if data.get(KIND) not in NODE_KINDS:
+            raise ValueError(f"node {node!r}: kind {data.get(KIND)!r} not in {NODE_KINDS}")
+        if data[KIND] == "gpu" and not isinstance(data.get(GPU_INDEX), int):
+            raise ValueError(f"node {node!r}: gpu node without an integer {GPU_INDEX!r}")
+    indices = sorted(graph.nodes[n][GPU_INDEX] for n in gpu_nodes(graph))
+    if indices != list(range(len(indices))):
+        raise ValueError(f"gpu indices are not 0..{len(indices) - 1}: {indices}")
+    for a, b, data in graph.edges(data=True):
+        if not data.get(BANDWIDTH, 0) > 0 or data.get(LATENCY, -1) < 0:
+            raise ValueError(f"edge {a!r}->{b!r}: needs {BANDWIDTH} > 0 and {LATENCY} >= 0, got {data}")
+        if not graph.has_edge(b, a):
+            raise ValueError(f"edge {a!r}->{b!r} has no reverse edge (links are full duplex)")
+    if graph.number_of_nodes() and not nx.is_strongly_connected(graph):
+        raise ValueError("topology is not connected")
