@@ -62,41 +62,42 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             mailbox[key] = env.event()
         return mailbox[key]
 
-    def walk(rank: int, stream: str, ops: list[Op]):
-        for op in ops:
-            for dep in op.deps:
-                event = finished[(rank, dep)]
+    def walk(rank: int, stream: str, plan: list[tuple]):
+        """Run one stream's ops in order; `plan` holds what each op needs, computed before the run."""
+        for op, label, deps, done, duration_s in plan:
+            for dep, event in deps:
                 if not event.triggered:
-                    waiting[(rank, stream)] = f"{op.label} waits for {dep}"
+                    waiting[(rank, stream)] = f"{label} waits for {dep}"
                     yield event
             start = env.now
-            if isinstance(op, Compute):
+            if duration_s is not None:
                 numerics.run_compute(rank, op)
-                yield env.timeout(compute_time_s(op))
-                phase, mb, stage, nbytes, flops = op.phase, op.microbatch, op.stage, 0.0, op.flops
+                yield env.timeout(duration_s)
+                spans.append(Span(rank, stream, label, op.phase, op.microbatch, op.stage, start, env.now, 0.0, op.flops))
             elif isinstance(op, Send):
                 payload = numerics.send_payload(rank, op)
-                waiting[(rank, stream)] = f"{op.label} in flight"
-                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{op.label} r{rank}->r{op.peer}")
+                waiting[(rank, stream)] = f"{label} in flight"
+                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{label} r{rank}->r{op.peer}")
                 letter(rank, op.peer, op.tag).succeed(payload)
-                phase, (_, mb, stage), nbytes, flops = "SEND", op.tag, op.nbytes, 0.0
+                spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
             else:
-                waiting[(rank, stream)] = f"{op.label} waits for SEND {op.label[5:]} from rank {op.peer}"
-                payload = yield letter(op.peer, rank, op.tag)
-                numerics.receive(rank, op, payload)
-                phase, (_, mb, stage), nbytes, flops = "RECV", op.tag, op.nbytes, 0.0
-            spans.append(Span(rank, stream, op.label, phase, mb, stage, start, env.now, nbytes, flops))
-            if (rank, op.label) in finished:
-                finished[(rank, op.label)].succeed()
+                waiting[(rank, stream)] = f"{label} waits for SEND {label[5:]} from rank {op.peer}"
+                numerics.receive(rank, op, (yield letter(op.peer, rank, op.tag)))
+                spans.append(Span(rank, stream, label, "RECV", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
+            if done is not None:
+                done.succeed()
         waiting.pop((rank, stream), None)
 
     for rank in program.ranks:
-        streams: dict[str, list[Op]] = {}
+        plans: dict[str, list[tuple]] = {}
         for op in program.ops[rank]:
-            streams.setdefault(op.stream, []).append(op)
-        for stream, ops in streams.items():
+            label = op.label
+            plans.setdefault(op.stream, []).append((
+                op, label, [(dep, finished[(rank, dep)]) for dep in op.deps], finished.get((rank, label)),
+                compute_time_s(op) if isinstance(op, Compute) else None))
+        for stream, plan in plans.items():
             waiting[(rank, stream)] = "not started"
-            env.process(walk(rank, stream, ops))
+            env.process(walk(rank, stream, plan))
     env.run()
     if waiting:
         blocked = "; ".join(f"rank {r} {s}: {what}" for (r, s), what in sorted(waiting.items()))

@@ -151,7 +151,7 @@ def plot_gantt(log: EventLog, path: str | Path, title: str) -> None:
 
 def _edge_width(log: EventLog, ax, x_span_s: float) -> float:
     """Box outline width in points, thinner as boxes get narrower so dense lanes keep their colour."""
-    busy = [s.duration_s for s in log.spans if s.duration_s > 0]
+    busy = [s.duration_s for s in log.spans if s.duration_s > 0 and s.phase not in ("SEND", "RECV")]
     if not busy:
         return 0.4
     mean_box_pt = sum(busy) / len(busy) / x_span_s * ax.get_position().width * FIG_W_IN * 72.0
@@ -164,12 +164,16 @@ def _label_microbatches(ax, log: EventLog, lane_of, scale: float, x_max: float, 
     if not boxes or len(boxes) > MAX_TEXT_LABELS:
         return
     axes_w_pt = ax.get_position().width * FIG_W_IN * 72.0
+    placed = []  # (x, y, text, largest font that fits the box)
     for span in boxes:
         text = str(span.microbatch)
         y, h = lane_of[(span.rank, span.stream)]
         width_pt = span.duration_s * scale / x_max * axes_w_pt
-        font_pt = min(8.0, 0.5 * pt_per_unit * h, (width_pt - 2.0) / (0.62 * len(text)))
-        if font_pt < 4.5:  # too small to read: leave the box plain
-            continue
-        ax.text((span.start_s + span.end_s) / 2 * scale, y + h / 2, text, ha="center", va="center",
-                fontsize=round(font_pt * 2) / 2, color="white", zorder=3, clip_on=True)
+        fit_pt = min(0.5 * pt_per_unit * h, (width_pt - 2.0) / (0.64 * len(text)))
+        placed.append(((span.start_s + span.end_s) / 2 * scale, y + h / 2, text, fit_pt))
+    fits = sorted(f for *_, f in placed)
+    font_pt = round(min(8.0, max(5.5, fits[len(fits) // 2])) * 2) / 2  # one size for the whole chart
+    for x, y, text, fit_pt in placed:
+        if fit_pt >= font_pt:
+            ax.text(x, y, text, ha="center", va="center", fontsize=font_pt, color="white", zorder=3,
+                    clip_on=True)

@@ -5,14 +5,12 @@ filling (`max_min_rates`), so no link carries more than its bandwidth. A message
 path with latencies l_i is delivered at (time its last byte leaves, given the rates it got) +
 sum(l_i): latency is paid once per message, not per byte.
 
-The network lives inside SimPy's event loop: after each re-share it schedules one timeout for
-the earliest finishing flow, tagged with a generation number; a re-share bumps the generation so
-stale timeouts are ignored. There is no second event queue.
+The network lives inside SimPy's event loop: a flow whose rate changes schedules a timeout for
+its new finish time, tagged with a version number that the next change bumps, so stale timeouts
+are ignored. There is no second event queue.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
@@ -54,22 +52,27 @@ def max_min_rates(flow_of_pair: np.ndarray, link_of_pair: np.ndarray, num_flows:
     return rates
 
 
-@dataclass
 class _Flow:
-    src: int
-    dst: int
-    links: np.ndarray
-    latency_s: float
-    nbytes: float
-    label: str
-    start_s: float
-    done: simpy.Event
-    remaining: float
-    rate: float = 0.0
+    """One message in flight. `remaining` bytes are as of `since_s`; it drains at `rate` B/s."""
+
+    __slots__ = ("src", "dst", "links", "latency_s", "nbytes", "label", "start_s", "done", "remaining",
+                 "since_s", "rate", "version")
+
+    def __init__(self, src: int, dst: int, links: tuple[int, ...], latency_s: float, nbytes: float, label: str,
+                 now_s: float, done: simpy.Event):
+        self.src, self.dst, self.links, self.latency_s = src, dst, links, latency_s
+        self.nbytes, self.label, self.start_s, self.done = nbytes, label, now_s, done
+        self.remaining, self.since_s, self.rate, self.version = nbytes, now_s, 0.0, 0
 
 
 class Network:
-    """Moves bytes between GPUs over a topology graph (see topologies.schema)."""
+    """Moves bytes between GPUs over a topology graph (see topologies.schema).
+
+    Flows couple only through shared links, so a start or finish re-shares just the connected
+    component of flows (linked by shared links) around the flow that changed: the max-min
+    allocation of the other components is unchanged. A flow alone on its links gets the
+    slowest link's bandwidth without any array work.
+    """
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph):
         self.env = env
@@ -80,69 +83,78 @@ class Network:
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self._gpu_node = gpu_nodes(graph)
-        self._routes: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
-        self._flows: list[_Flow] = []
-        self._last_s = 0.0
-        self._generation = 0
+        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
+        self._on_link: list[dict[_Flow, None]] = [{} for _ in edges]  # insertion-ordered sets
         self.records: list[FlowSpan] = []
 
-    def route(self, src: int, dst: int) -> tuple[np.ndarray, float]:
-        """Link ids from GPU src to GPU dst and the path's total latency (cached)."""
+    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
+        """(link ids, total latency, slowest link's bandwidth) from GPU src to GPU dst, cached."""
         key = (src, dst)
         if key not in self._routes:
             path = shortest_path_route(self.graph, self._gpu_node[src], self._gpu_node[dst])
-            links = np.array([self.link_index[e] for e in path], dtype=np.int64)
-            self._routes[key] = (links, float(self.latency_s[links].sum()))
+            links = tuple(self.link_index[e] for e in path)
+            latency = float(sum(self.latency_s[l] for l in links))
+            slowest = float(min((self.capacity_Bps[l] for l in links), default=np.inf))
+            self._routes[key] = (links, latency, slowest)
         return self._routes[key]
 
     def transfer(self, src: int, dst: int, nbytes: float, label: str) -> simpy.Event:
         """Start a message now; the returned event fires when it is delivered at dst."""
-        links, latency_s = self.route(src, dst)
-        done = self.env.event()
-        flow = _Flow(src, dst, links, latency_s, nbytes, label, self.env.now, done, nbytes)
-        if nbytes <= 0 or len(links) == 0:
+        links, latency_s, _ = self.route(src, dst)
+        flow = _Flow(src, dst, links, latency_s, nbytes, label, self.env.now, self.env.event())
+        if nbytes <= 0 or not links:
             self._deliver(flow)
-            return done
-        self._advance()
-        self._flows.append(flow)
-        self._reshare()
-        return done
+            return flow.done
+        for link in links:
+            self._on_link[link][flow] = None
+        self._reshare(self._component([flow]))
+        return flow.done
 
-    def _advance(self) -> None:
-        """Drain every active flow at its current rate up to now."""
-        elapsed = self.env.now - self._last_s
-        if elapsed > 0:
-            for flow in self._flows:
-                flow.remaining -= flow.rate * elapsed
-        self._last_s = self.env.now
+    def _component(self, seeds: list[_Flow]) -> list[_Flow]:
+        """Every active flow reachable from `seeds` through shared links, in a deterministic order."""
+        seen = dict.fromkeys(seeds)
+        stack = list(seeds)
+        while stack:
+            for link in stack.pop().links:
+                for other in self._on_link[link]:
+                    if other not in seen:
+                        seen[other] = None
+                        stack.append(other)
+        return list(seen)
 
-    def _reshare(self) -> None:
-        self._generation += 1
-        if not self._flows:
-            return
-        flow_of_pair = np.concatenate([np.full(len(f.links), i) for i, f in enumerate(self._flows)])
-        link_of_pair = np.concatenate([f.links for f in self._flows])
-        rates = max_min_rates(flow_of_pair, link_of_pair, len(self._flows), self.capacity_Bps)
-        for flow, rate in zip(self._flows, rates):
-            flow.rate = float(rate)
-        next_s = min(max(f.remaining, 0.0) / f.rate for f in self._flows)
-        generation = self._generation
-        self.env.timeout(next_s).callbacks.append(lambda _: self._on_wake(generation))
+    def _reshare(self, flows: list[_Flow]) -> None:
+        """New max-min rates for one component; reschedule the finish of flows whose rate changed."""
+        if len(flows) == 1:
+            rates = [self.route(flows[0].src, flows[0].dst)[2]]
+        else:
+            flow_of_pair = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
+            links, link_of_pair = np.unique(np.concatenate([f.links for f in flows]), return_inverse=True)
+            rates = max_min_rates(flow_of_pair, link_of_pair, len(flows), self.capacity_Bps[links]).tolist()
+        now = self.env.now
+        for flow, rate in zip(flows, rates):
+            if rate == flow.rate:
+                continue
+            flow.remaining = max(flow.remaining - flow.rate * (now - flow.since_s), 0.0)
+            flow.since_s, flow.rate = now, rate
+            flow.version += 1
+            self.env.timeout(flow.remaining / rate).callbacks.append(
+                lambda _, flow=flow, version=flow.version: self._on_finish(flow, version))
 
-    def _on_wake(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # a later start or finish already re-shared
-        self._advance()
-        finished = [f for f in self._flows if f.remaining <= 1e-9 * f.nbytes]
-        self._flows = [f for f in self._flows if f.remaining > 1e-9 * f.nbytes]
-        for flow in finished:
-            self._deliver(flow)
-        self._reshare()
+    def _on_finish(self, flow: _Flow, version: int) -> None:
+        if version != flow.version:
+            return  # its rate changed since this finish was scheduled
+        neighbours: dict[_Flow, None] = {}
+        for link in flow.links:
+            del self._on_link[link][flow]
+            neighbours.update(self._on_link[link])
+        self._deliver(flow)
+        if neighbours:
+            self._reshare(self._component(list(neighbours)))
 
     def _deliver(self, flow: _Flow) -> None:
         """The last byte has left; the message lands one path latency later."""
         def land(_):
-            self.records.append(FlowSpan(flow.src, flow.dst, tuple(int(x) for x in flow.links), flow.start_s,
-                                         self.env.now, flow.nbytes, flow.label))
+            self.records.append(FlowSpan(flow.src, flow.dst, flow.links, flow.start_s, self.env.now,
+                                         flow.nbytes, flow.label))
             flow.done.succeed()
         self.env.timeout(flow.latency_s).callbacks.append(land)

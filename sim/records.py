@@ -1,12 +1,14 @@
-"""The event log: the one record of a run. Every report, metric and plot is a function of it."""
+"""The event log: the one record of a run. Every report, metric and plot is a function of it.
+
+Spans are NamedTuples: the engine makes one per op, so they must be cheap to build."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     """One op on one rank's stream, from when it started to when it finished (seconds).
 
     `phase` is "F", "B", "OPT" for compute, "SEND"/"RECV" for point-to-point; `microbatch` and
@@ -29,8 +31,7 @@ class Span:
         return self.end_s - self.start_s
 
 
-@dataclass(frozen=True)
-class FlowSpan:
+class FlowSpan(NamedTuple):
     """One message moved by the network: its route (link ids), when it entered and was delivered."""
 
     src: int

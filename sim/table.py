@@ -6,7 +6,9 @@ from numbers import Number
 
 
 def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
-    """Render `rows` as a text table; `columns` are (key, header, format spec), e.g. ("t_s", "time (s)", ".3f").
+    """Render `rows` as a text table; `columns` are (key, header, format spec).
+
+    Example column: ("time_s", "time (s)", ".3f").
 
     Numeric columns (every present value a number) are right-aligned, others left-aligned; a missing
     key prints "-". Columns are separated by two spaces; lines carry no trailing blanks.

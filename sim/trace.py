@@ -1,16 +1,18 @@
 """Chrome trace (Perfetto, chrome://tracing) JSON of an EventLog, a pure function of the record.
 
 Mapping:
-    rank r            -> process pid = r, named "rank r"
-    stream            -> thread, tid = stream_tids(log)[stream] (compute 0, send 1, recv 2, others after)
+    rank r            -> process pid = r + 1, named "rank r" (sorted by rank)
+    stream            -> thread, tid = stream_tids(log)[stream] (compute 1, send 2, recv 3, others after)
     Span              -> one complete event ph "X": name = label, cat = phase, ts/dur in microseconds,
                          args {microbatch, stage, bytes, flops}
-    network           -> process pid = num_ranks, named "network"
+    network           -> process pid = num_ranks + 1, named "network"
     FlowSpan on link  -> one "X" event per link of its route, on that link's thread (named
                          log.link_names[link]); flows that overlap on one link go to extra lanes
                          "<link> #2", ... because "X" events on one thread must nest.
 
-Open the file at https://ui.perfetto.dev. The output is deterministic: events in a fixed order.
+Ids start at 1, not 0: Perfetto treats pid 0 as the kernel's idle process and has merged tid 0 with
+tid 1 (google/perfetto#394, thoren-d/tracing-chrome#32). Open the file at https://ui.perfetto.dev.
+The output is deterministic: events in a fixed order.
 """
 
 from __future__ import annotations
@@ -24,11 +26,16 @@ US_PER_S = 1e6
 STREAM_ORDER = ("compute", "send", "recv")  # then any other stream, by name
 
 
+def rank_pid(rank: int) -> int:
+    """The trace process id of a rank (ids start at 1, see the module docstring)."""
+    return rank + 1
+
+
 def stream_tids(log: EventLog) -> dict[str, int]:
-    """stream name -> thread id, the same on every rank: compute, send, recv, then others by name."""
+    """stream name -> thread id (from 1), the same on every rank: compute, send, recv, then others by name."""
     names = {s.stream for s in log.spans}
     ordered = [s for s in STREAM_ORDER if s in names] + sorted(names - set(STREAM_ORDER))
-    return {name: tid for tid, name in enumerate(ordered)}
+    return {name: tid for tid, name in enumerate(ordered, start=1)}
 
 
 def link_lanes(flows: tuple[FlowSpan, ...]) -> dict[tuple[int, int], int]:
@@ -56,30 +63,46 @@ def _meta(pid: int, tid: int, name: str, value) -> dict:
 
 def chrome_trace(log: EventLog) -> dict:
     """The trace as a dict: {"traceEvents": [...], "displayTimeUnit": "ms"} (see module docstring)."""
+    meta, events = _rank_events(log)
+    net_meta, net_events = _network_events(log)
+    events = sorted(events + net_events, key=lambda e: (e["pid"], e["tid"], e["ts"], e["name"]))
+    return {"traceEvents": meta + net_meta + events, "displayTimeUnit": "ms"}
+
+
+def _rank_events(log: EventLog) -> tuple[list[dict], list[dict]]:
+    """Metadata and one "X" event per span: a process per rank, a thread per stream."""
     tids = stream_tids(log)
     meta, events = [], []
     for rank in range(log.num_ranks):
-        meta += [_meta(rank, 0, "process_name", f"rank {rank}"), _meta(rank, 0, "process_sort_index", rank)]
+        pid = rank_pid(rank)
+        meta += [_meta(pid, 0, "process_name", f"rank {rank}"), _meta(pid, 0, "process_sort_index", rank)]
     for rank, stream in sorted({(s.rank, s.stream) for s in log.spans}, key=lambda rs: (rs[0], tids[rs[1]])):
-        tid = tids[stream]
-        meta += [_meta(rank, tid, "thread_name", stream), _meta(rank, tid, "thread_sort_index", tid)]
+        pid, tid = rank_pid(rank), tids[stream]
+        meta += [_meta(pid, tid, "thread_name", stream), _meta(pid, tid, "thread_sort_index", tid)]
     for span in log.spans:
         events.append({
-            "ph": "X", "pid": span.rank, "tid": tids[span.stream], "name": span.label, "cat": span.phase,
-            "ts": span.start_s * US_PER_S, "dur": span.duration_s * US_PER_S,
+            "ph": "X", "pid": rank_pid(span.rank), "tid": tids[span.stream], "name": span.label,
+            "cat": span.phase, "ts": span.start_s * US_PER_S, "dur": span.duration_s * US_PER_S,
             "args": {"microbatch": span.microbatch, "stage": span.stage, "bytes": span.nbytes,
                      "flops": span.flops},
         })
+    return meta, events
 
-    net = log.num_ranks
+
+def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
+    """Metadata and one "X" event per (flow, link on its route): one process, a thread per link lane."""
+    if not log.flows:
+        return [], []
+    net = rank_pid(log.num_ranks)
     lanes = link_lanes(log.flows)
-    flow_tid = {key: tid for tid, key in enumerate(sorted({(link, lane) for (_, link), lane in lanes.items()}))}
-    if log.flows:
-        meta += [_meta(net, 0, "process_name", "network"), _meta(net, 0, "process_sort_index", net)]
+    used = sorted({(link, lane) for (_, link), lane in lanes.items()})
+    flow_tid = {key: tid for tid, key in enumerate(used, start=1)}  # (link, lane) -> tid
+    meta = [_meta(net, 0, "process_name", "network"), _meta(net, 0, "process_sort_index", log.num_ranks)]
     for (link, lane), tid in flow_tid.items():
         name = log.link_names[link] if link < len(log.link_names) else f"link {link}"
         name += f" #{lane + 1}" if lane else ""
         meta += [_meta(net, tid, "thread_name", name), _meta(net, tid, "thread_sort_index", tid)]
+    events = []
     for i, flow in enumerate(log.flows):
         for link in flow.links:
             events.append({
@@ -87,8 +110,7 @@ def chrome_trace(log: EventLog) -> dict:
                 "cat": "flow", "ts": flow.start_s * US_PER_S, "dur": (flow.end_s - flow.start_s) * US_PER_S,
                 "args": {"src": flow.src, "dst": flow.dst, "bytes": flow.nbytes, "route": list(flow.links)},
             })
-    events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], e["name"]))
-    return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+    return meta, events
 
 
 def write_trace(log: EventLog, path: str | Path) -> None:

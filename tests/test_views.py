@@ -9,7 +9,7 @@ import pytest
 from sim.gantt import lane_layout, plot_gantt, time_unit
 from sim.records import EventLog, FlowSpan, Span
 from sim.table import format_table
-from sim.trace import chrome_trace, write_trace
+from sim.trace import chrome_trace, rank_pid, write_trace
 
 MS = 1e-3
 
@@ -49,7 +49,8 @@ def test_trace_has_one_event_per_span_and_per_flow_link():
     log = small_log()
     events = x_events(chrome_trace(log))
     assert len(events) == len(log.spans) + sum(len(f.links) for f in log.flows)
-    assert sorted(e["name"] for e in events if e["pid"] < log.num_ranks) == sorted(s.label for s in log.spans)
+    on_ranks = [e["name"] for e in events if e["pid"] != rank_pid(log.num_ranks)]
+    assert sorted(on_ranks) == sorted(s.label for s in log.spans)
 
 
 def test_trace_maps_rank_to_pid_and_stream_to_tid():
@@ -58,11 +59,17 @@ def test_trace_maps_rank_to_pid_and_stream_to_tid():
     threads = meta(trace, "thread_name")
     by_label = {(e["pid"], e["name"]): e for e in x_events(trace)}
     for span in log.spans:
-        event = by_label[(span.rank, span.label)]
-        assert threads[(span.rank, event["tid"])] == span.stream
+        event = by_label[(rank_pid(span.rank), span.label)]
+        assert threads[(rank_pid(span.rank), event["tid"])] == span.stream
         assert event["cat"] == span.phase
-    assert {threads[(0, t)] for t in (0, 1, 2)} == {"compute", "send", "recv"}
-    assert threads[(0, 0)] == "compute"  # compute is always the first thread
+    assert [threads[(rank_pid(0), t)] for t in (1, 2, 3)] == ["compute", "send", "recv"]
+
+
+def test_trace_ids_start_at_one_because_perfetto_treats_zero_specially():
+    trace = chrome_trace(small_log())
+    assert rank_pid(0) == 1
+    assert min(e["pid"] for e in trace["traceEvents"]) == 1
+    assert min(e["tid"] for e in x_events(trace)) == 1
 
 
 def test_trace_times_are_microseconds_of_the_input():
@@ -79,14 +86,15 @@ def test_trace_names_processes_and_link_threads():
     log = small_log()
     trace = chrome_trace(log)
     procs = meta(trace, "process_name")
-    assert [procs[(r, 0)] for r in range(3)] == ["rank 0", "rank 1", "rank 2"]
-    assert procs[(3, 0)] == "network"
-    assert meta(trace, "process_sort_index")[(2, 0)] == 2
+    assert [procs[(rank_pid(r), 0)] for r in range(3)] == ["rank 0", "rank 1", "rank 2"]
+    net = rank_pid(log.num_ranks)
+    assert procs[(net, 0)] == "network"
+    assert meta(trace, "process_sort_index")[(rank_pid(2), 0)] == 2
     links = meta(trace, "thread_name")
-    net_threads = sorted(name for (pid, _), name in links.items() if pid == 3)
+    net_threads = sorted(name for (pid, _), name in links.items() if pid == net)
     assert net_threads == ["gpu0->sw", "gpu0->sw #2", "gpu1->gpu0", "sw->gpu1"]
-    flow_events = [e for e in x_events(trace) if e["pid"] == 3]
-    on_link0 = sorted((e["name"], links[(3, e["tid"])]) for e in flow_events if e["ts"] < 1500)
+    flow_events = [e for e in x_events(trace) if e["pid"] == net]
+    on_link0 = sorted((e["name"], links[(net, e["tid"])]) for e in flow_events if e["ts"] < 1500)
     assert on_link0 == [("F0@0 0->1", "gpu0->sw"), ("F0@0 0->1", "sw->gpu1"), ("extra 0->1", "gpu0->sw #2")]
 
 
