@@ -6,7 +6,7 @@ that round-trips through `parse_op`:
 
     compute: F3@1                      forward of microbatch 3 on global pipeline stage 1
     compute: B3@1 after RECV B3@2      backward, waits for the gradient from stage 2
-    compute: OPT@1                     optimizer step of stage 1's parameters
+    compute: OPT@1 4.2e+10B            optimizer step of stage 1's parameters, touching 42 GB
     send: SEND F3@1 ->2 4096B after F3@1
     recv: RECV F3@0 <-0 4096B
 
@@ -35,6 +35,7 @@ class Compute:
     microbatch: int | None
     stage: int
     flops: float = 0.0
+    nbytes: float = 0.0  # memory traffic, for memory-bound ops such as the optimizer step
     stream: str = COMPUTE_STREAM
     deps: tuple[str, ...] = ()
 
@@ -112,7 +113,7 @@ def _flops_text(flops: float) -> str:
 def format_op(op: Op) -> str:
     """The one-line text form of an op (see the module docstring)."""
     if isinstance(op, Compute):
-        body = op.label + _flops_text(op.flops)
+        body = op.label + _flops_text(op.flops) + (f" {op.nbytes!r}B" if op.nbytes else "")
     elif isinstance(op, Send):
         body = f"{op.label} ->{op.peer} {op.nbytes!r}B"
     else:
@@ -122,7 +123,7 @@ def format_op(op: Op) -> str:
 
 
 _TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
-_COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?: (?P<flops>\S+)FLOP)?$")
+_COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$")
 _P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
 
 
@@ -137,7 +138,8 @@ def parse_op(text: str) -> Op:
         phase = "OPT" if m["opt"] else m["phase"]
         microbatch = None if m["opt"] else int(m["mb"])
         flops = float(m["flops"]) if m["flops"] else 0.0
-        return Compute(phase, microbatch, int(m["stage"]), flops, stream, deps)
+        nbytes = float(m["nbytes"]) if m["nbytes"] else 0.0
+        return Compute(phase, microbatch, int(m["stage"]), flops, nbytes, stream, deps)
     if m := _P2P_RE.match(body):
         tag = (m["phase"], int(m["mb"]), int(m["stage"]))
         cls = Send if m["kind"] == "SEND" else Recv

@@ -64,7 +64,7 @@ def build_program(
     activation_bytes: float,
     forward_flops: Callable[[int], float],
     backward_flops: Callable[[int], float],
-    optimizer_flops: Callable[[int], float] = lambda stage: 0.0,
+    optimizer_bytes: Callable[[int], float] = lambda stage: 0.0,
 ) -> Program:
     """Turn per-stage compute orders into per-rank op lists with p2p and an optimizer step.
 
@@ -81,7 +81,7 @@ def build_program(
             ops[rank].extend(_compute_with_p2p(phase, mb, stage, num_stages, stage_to_rank, activation_bytes,
                                                forward_flops(stage) if phase == "F" else backward_flops(stage)))
     for stage in range(num_stages):
-        ops[stage_to_rank[stage]].append(Compute("OPT", None, stage, optimizer_flops(stage)))
+        ops[stage_to_rank[stage]].append(Compute("OPT", None, stage, nbytes=optimizer_bytes(stage)))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 

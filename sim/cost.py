@@ -16,8 +16,6 @@ inputs and weights). Time = FLOPs / (peak x efficiency).
 
 from __future__ import annotations
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
 # Mixed-precision Adam touches per parameter: fp32 master weight, m and v read and written
 # (3 x 4 B x 2), the 16-bit gradient read (2 B) and the 16-bit weight written (2 B).
 ADAM_BYTES_PER_PARAM = 28

@@ -1,7 +1,7 @@
 """Gantt chart of an EventLog: one row per rank, one lane per stream, a pure function of the record.
 
 Layout, top to bottom: rank 0 first; within a rank the compute lane (full height), then every other
-stream that has spans (send, recv, then the rest by name; thinner). Time runs left to right in us, ms
+stream that has drawn spans (send, then the rest by name; thinner; receives are left out). Time runs left to right in us, ms
 or s, picked from the makespan. White space inside a compute lane is idle time: the pipeline bubble.
 
 Drawing uses one PolyCollection per phase (not one artist per span) so thousands of spans stay
@@ -36,6 +36,9 @@ PHASE_STYLE = {
 }
 PALETTE = ("#8c6bb1", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#7f7f7f", "#2ca02c", "#ff7f0e")
 PHASE_ORDER = ("F", "B", "OPT", "SEND", "RECV")
+# A receive's span is mostly waiting for its peer; the message's time on the wire is the sender's
+# SEND span, so receives are left out of the chart (they stay in the Perfetto trace).
+HIDDEN_PHASES = ("RECV",)
 LABELLED_PHASES = ("F", "B")  # microbatch number written inside the box when it fits
 MAX_TEXT_LABELS = 2000
 
@@ -76,7 +79,7 @@ def phase_colours(phases: set[str]) -> dict[str, tuple[str, float]]:
 def lane_layout(log: EventLog) -> list[tuple[int, str, float, float]]:
     """(rank, stream, y_top, height) per lane, top to bottom; every rank has a compute lane."""
     streams: dict[int, set[str]] = {r: {COMPUTE_STREAM} for r in range(log.num_ranks)}
-    for span in log.spans:
+    for span in _drawn(log):
         streams.setdefault(span.rank, {COMPUTE_STREAM}).add(span.stream)
     lanes, y = [], 0.0
     for rank in sorted(streams):
@@ -86,6 +89,10 @@ def lane_layout(log: EventLog) -> list[tuple[int, str, float, float]]:
             y += height
         y += RANK_GAP
     return lanes
+
+
+def _drawn(log: EventLog) -> list[Span]:
+    return [span for span in log.spans if span.phase not in HIDDEN_PHASES]
 
 
 def _lane_label(rank: int, stream: str) -> str:
@@ -115,9 +122,10 @@ def plot_gantt(log: EventLog, path: str | Path, title: str) -> None:
     x_max = max(makespan * scale, 1e-12) * 1.01
     lane_of = {(rank, stream): (y, h) for rank, stream, y, h in lanes}
 
-    styles = phase_colours({s.phase for s in log.spans})
+    spans = _drawn(log)
+    styles = phase_colours({s.phase for s in spans})
     verts: dict[str, list] = {p: [] for p in styles}
-    for span in log.spans:
+    for span in spans:
         y, h = lane_of[(span.rank, span.stream)]
         verts[span.phase].append(_box(span, y, h, scale))
     edge_lw = _edge_width(log, ax, x_max / scale)

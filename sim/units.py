@@ -21,21 +21,27 @@ _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0
 _BYTE_PREFIXES = {**{k: v for k, v in _DECIMAL.items() if k != "E"}, **_BINARY}
 _BITS_PER_BYTE = 8.0
 # Divisors, not multipliers: 500 / 1e9 is exactly the double nearest 5e-7; 500 * 1e-9 is not.
-_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9, "ps": 1e12}
+_PER_SECOND = {
+    "s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9, "ps": 1e12,
+}
 
 _PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|[kKMGTP]?)"
 _BYTES_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb]?)$")
-_BANDWIDTH_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb])(?:/s|ps)$")
+_BANDWIDTH_RE = re.compile(rf"^{_NUMBER}\s*(?:{_PREFIX}(?P<base>[Bb])(?:/s|ps))?$")
 _TIME_RE = re.compile(rf"^{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|\u03bcs|ns|ps)?$")
-_FLOPS_RE = re.compile(rf"^{_NUMBER}\s*(?P<prefix>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s)$")
+_FLOPS_RE = re.compile(rf"^{_NUMBER}\s*(?:(?P<prefix>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s))?$")
+
+
+def _schema_pattern(regex: re.Pattern) -> str:
+    """The regex without Python's named groups, for JSON schema (ECMA-262) consumers."""
+    return re.sub(r"\?P<\w+>", "", regex.pattern)
+
 
 # Patterns for the JSON schema (editors highlight bad values before the loader sees them).
-BYTES_PATTERN = _BYTES_RE.pattern.replace("?P<num>", "").replace("?P<prefix>", "").replace("?P<base>", "")
-BANDWIDTH_PATTERN = (
-    _BANDWIDTH_RE.pattern.replace("?P<num>", "").replace("?P<prefix>", "").replace("?P<base>", "")
-)
-TIME_PATTERN = _TIME_RE.pattern.replace("?P<num>", "").replace("?P<unit>", "")
-FLOPS_PATTERN = _FLOPS_RE.pattern.replace("?P<num>", "").replace("?P<prefix>", "")
+BYTES_PATTERN = _schema_pattern(_BYTES_RE)
+BANDWIDTH_PATTERN = _schema_pattern(_BANDWIDTH_RE)
+TIME_PATTERN = _schema_pattern(_TIME_RE)
+FLOPS_PATTERN = _schema_pattern(_FLOPS_RE)
 
 
 def _plain_number(value: object, kind: str, example: str) -> float | None:
@@ -70,11 +76,11 @@ def parse_bytes(value: object) -> float:
         raise _fail(value, kind, example)
     if match["base"] == "b":
         raise _fail(value, kind, example, " ('b' means bits; write 'B' for bytes)")
-    return float(match["num"]) * _BYTE_PREFIXES[match["prefix"]]
+    return float(match["num"]) * _BYTE_PREFIXES[match["prefix"] or ""]
 
 
 def parse_bandwidth(value: object) -> float:
-    """Bytes per second: '300GB/s' -> 3e11, '25Gb/s' -> 3.125e9 (bits / 8), '100GiB/s', '400Gbps'."""
+    """Bytes/s: '300GB/s' -> 3e11, '25Gb/s' -> 3.125e9 (bits / 8), '100GiB/s', '400Gbps'."""
     kind, example = "a bandwidth", "300GB/s"
     number = _plain_number(value, kind, example)
     if number is not None:
@@ -82,7 +88,7 @@ def parse_bandwidth(value: object) -> float:
     match = _BANDWIDTH_RE.match(value.strip())  # type: ignore[union-attr]
     if match is None:
         raise _fail(value, kind, example)
-    scale = _BYTE_PREFIXES[match["prefix"]]
+    scale = _BYTE_PREFIXES[match["prefix"] or ""]
     if match["base"] == "b":
         scale /= _BITS_PER_BYTE  # bits/s -> bytes/s
     return float(match["num"]) * scale
@@ -109,7 +115,7 @@ def parse_flops(value: object) -> float:
     match = _FLOPS_RE.match(value.strip())  # type: ignore[union-attr]
     if match is None:
         raise _fail(value, kind, example)
-    return float(match["num"]) * _DECIMAL[match["prefix"]]
+    return float(match["num"]) * _DECIMAL[match["prefix"] or ""]
 
 
 def _scaled(value: float, steps: list[tuple[float, str]], unit: str) -> str:

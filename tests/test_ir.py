@@ -9,7 +9,8 @@ from schedules.pipeline import build_program, stage_order
 @pytest.mark.parametrize("op", [
     Compute("F", 3, 1),
     Compute("B", 0, 7, 1.5e12, deps=("RECV B0@8",)),
-    Compute("OPT", None, 2, 3.0),
+    Compute("OPT", None, 2, nbytes=3.0e9),
+    Compute("F", 1, 0, 2e12, 5e9),
     Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",)),
     Recv(0, ("B", 11, 0), 1e6, stream="p2p"),
 ])

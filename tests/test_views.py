@@ -109,9 +109,9 @@ def test_trace_round_trips_through_json_and_is_deterministic(tmp_path):
 
 
 def test_gantt_lanes_put_compute_first_and_every_rank_on_a_row():
+    # receives are waiting time, not drawn: no recv lanes
     lanes = [(rank, stream) for rank, stream, _, _ in lane_layout(small_log())]
-    assert lanes == [(0, "compute"), (0, "send"), (0, "recv"), (1, "compute"), (1, "send"), (1, "recv"),
-                     (2, "compute")]
+    assert lanes == [(0, "compute"), (0, "send"), (1, "compute"), (1, "send"), (2, "compute")]
 
 
 def test_time_unit_follows_makespan():

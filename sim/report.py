@@ -1,0 +1,63 @@
+"""Write a run's outputs into its folder, all or nothing, and print the terminal summary."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from sim.gantt import plot_gantt
+from sim.run import RunResult
+from sim.table import format_table
+from sim.trace import write_trace
+
+OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "program.txt")
+
+
+def write_outputs(result: RunResult, out_dir: Path) -> Path:
+    """Write summary.json, gantt.png, trace.json and program.txt.
+
+    Everything is written into a fresh hidden sibling folder first and moved into place at the
+    end, so a failure never leaves a half-written run folder behind.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
+        sc = result.scenario
+        title = (f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
+                 f"step {result.summary['step_time_s'] * 1e3:.2f} ms")
+        plot_gantt(result.log, tmp / "gantt.png", title)
+        write_trace(result.log, tmp / "trace.json")
+        (tmp / "program.txt").write_text(result.program.to_text() + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def terminal_summary(result: RunResult) -> str:
+    """A short per-rank table under a few headline figures."""
+    s = result.summary
+    busy = [0.0] * result.log.num_ranks
+    for span in result.log.spans:
+        if span.phase in ("F", "B"):
+            busy[span.rank] += span.duration_s
+    rows = [{"rank": r, "busy_ms": busy[r] * 1e3, "bubble_pct": 100 * s["bubble_ratio_per_rank"][r],
+             "inflight": s["peak_inflight_microbatches_per_rank"][r]} for r in range(result.log.num_ranks)]
+    table = format_table(rows, [("rank", "rank", "d"), ("busy_ms", "busy (ms)", ".3f"),
+                                ("bubble_pct", "bubble (%)", ".2f"), ("inflight", "peak in-flight mb", "d")])
+    lines = [
+        f"step time        {s['step_time_s'] * 1e3:.3f} ms",
+        f"bubble (mean)    {100 * s['bubble_ratio_mean']:.2f} %",
+        f"TFLOP/s per GPU  {s['tflops_per_gpu']:.1f}   (MFU {100 * s['mfu']:.1f} %)",
+    ]
+    if s["numerics"] is not None:
+        lines.append(f"numerics         max abs err {s['numerics_max_abs_err']:.3g}, "
+                     f"max rel err {s['numerics_max_rel_err']:.3g} vs single-device reference")
+    return "\n".join(lines) + "\n\n" + table

@@ -1,0 +1,120 @@
+"""One run, in explicit phases: build (topology, program, numerics), run (the engine), post-process
+(metrics into a summary). Writing files is sim.report's job; this module returns data only, so a
+notebook gets the same numbers as the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import networkx as nx
+import simpy
+
+from schedules.ir import Compute, Program
+from schedules.pipeline import build_program, stage_order
+from schedules.validate import validate
+from sim import cost, metrics
+from sim.engine import run_program
+from sim.network import Network
+from sim.numerics.pipeline import PipelineNumerics
+from sim.numerics.transformer import ShadowConfig
+from sim.records import EventLog
+from sim.scenario import Scenario
+from topologies.switch import switch
+
+TOPOLOGIES: dict[str, Callable[[Scenario], nx.DiGraph]] = {
+    "switch": lambda sc: switch(sc.num_gpus, sc.cluster.topology.link_bandwidth_Bps,
+                                sc.cluster.topology.link_latency_s),
+}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything one run produced: the scenario, the program it ran, the log, and the summary."""
+
+    scenario: Scenario
+    program: Program
+    log: EventLog
+    summary: dict
+
+
+def stage_to_rank(scenario: Scenario) -> dict[int, int]:
+    """Pipeline stage s runs on rank s (one stage per rank; tp = dp = 1 for now)."""
+    return {stage: stage for stage in range(scenario.parallel.pp)}
+
+
+def stage_costs(scenario: Scenario, stage: int) -> tuple[float, float, float]:
+    """(forward FLOPs, backward FLOPs, optimizer bytes touched) of one stage for one microbatch."""
+    m, pp = scenario.model_spec, scenario.parallel.pp
+    b = scenario.training.micro_batch
+    layers = m.layers // pp
+    forward = layers * cost.layer_forward_flops(b, m.seq_len, m.hidden, m.ffn, m.gated_mlp)
+    params = layers * cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
+    if stage == 0:
+        params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
+    if stage == pp - 1:
+        forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
+        params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
+    return forward, 2 * forward, params * cost.ADAM_BYTES_PER_PARAM
+
+
+def make_program(scenario: Scenario) -> Program:
+    """The validated per-rank op lists for the scenario's schedule."""
+    pp, m = scenario.parallel.pp, scenario.model_spec
+    costs = [stage_costs(scenario, stage) for stage in range(pp)]
+    act_bytes = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
+                                               scenario.dtype_bytes)
+    program = build_program(stage_order(scenario.schedule, pp, scenario.num_microbatches), scenario.num_microbatches,
+                            stage_to_rank(scenario), act_bytes,
+                            forward_flops=lambda s: costs[s][0], backward_flops=lambda s: costs[s][1],
+                            optimizer_bytes=lambda s: costs[s][2])
+    validate(program)
+    return program
+
+
+def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
+    """Roofline: an op takes as long as the slower of its FLOPs and its memory traffic."""
+    gpu = scenario.gpu_spec
+    return lambda op: max(cost.compute_time_s(op.flops, gpu.peak_flops, gpu.efficiency),
+                          cost.memory_time_s(op.nbytes, gpu.hbm_bandwidth_Bps))
+
+
+def make_numerics(scenario: Scenario) -> PipelineNumerics | None:
+    """The shadow model: the real layer count and stage split, a tiny hidden size."""
+    n = scenario.numerics
+    if not n.enabled:
+        return None
+    cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
+                       seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype)
+    return PipelineNumerics(cfg, scenario.parallel.pp, scenario.num_microbatches, n.micro_batch,
+                            stage_to_rank(scenario), n.seed, n.optimizer, n.lr)
+
+
+def simulate(scenario: Scenario) -> RunResult:
+    """Build, run and post-process one scenario."""
+    program = make_program(scenario)
+    network = Network(simpy.Environment(), TOPOLOGIES[scenario.cluster.topology.kind](scenario))
+    numerics = make_numerics(scenario)
+    log = run_program(program, network, compute_time_fn(scenario), numerics=numerics)
+    return RunResult(scenario, program, log, summarize(scenario, log, numerics.finish() if numerics else None))
+
+
+def summarize(scenario: Scenario, log: EventLog, numerics: dict | None) -> dict:
+    """The documented summary.json keys (see README, "Outputs")."""
+    gpus, gpu = scenario.num_gpus, scenario.gpu_spec
+    bubbles = metrics.bubble_ratio_per_rank(log)
+    return {
+        "scenario_name": scenario.name,
+        "step_time_s": metrics.step_time_s(log),
+        "bubble_ratio_per_rank": bubbles,
+        "bubble_ratio_mean": sum(bubbles) / len(bubbles),
+        "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus),
+        "mfu": metrics.mfu(log, gpus, gpu.peak_flops),
+        "peak_inflight_microbatches_per_rank": metrics.peak_inflight_microbatches_per_rank(log),
+        "num_microbatches": scenario.num_microbatches,
+        "numerics_max_abs_err": numerics["max_abs_err"] if numerics else None,
+        "numerics_max_rel_err": numerics["max_rel_err"] if numerics else None,
+        "numerics": numerics,
+        "scenario": scenario.resolved(),
+    }

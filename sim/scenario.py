@@ -1,0 +1,442 @@
+"""The one strict validation point: scenario YAML -> a frozen, typed, SI-unit `Scenario`.
+
+    scenario = load_scenario("scenarios/quickstart.yaml")
+    scenario.parallel.pp, scenario.num_microbatches, scenario.gpu_spec.peak_flops
+
+Every problem (missing file, YAML syntax, unknown key, wrong type, bad value, inconsistent
+fields) is a `ScenarioError` whose str is one line: `{file}: {field.path}: {reason}`.
+Types are strict: "4" is not 4 and 4.0 is not an int. Unit strings ("300GB/s", "1us", "80GiB",
+"312TFLOPS") are parsed by sim.units here and nowhere else; attribute names carry the unit
+(`link_bandwidth_Bps`), YAML keys do not (`link_bandwidth`). `scenario_json_schema()` is the
+format's reference; scenarios/quickstart.yaml is an example of every section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Annotated, Any, Callable
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import WithJsonSchema
+from pydantic import field_validator, model_validator
+
+from sim import units
+from sim.hardware import GPUS, GpuSpec
+from sim.presets import MODELS, ModelSpec
+
+TOPOLOGY_KINDS = ("switch",)  # later: ring, torus, fattree (one line each, with a builder)
+SCHEDULE_NAMES = ("gpipe", "1f1b")  # TODO: use schedules' SCHEDULES registry once it exists
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+NUMERICS_DTYPES = ("float64", "float32")
+OPTIMIZERS = ("adam", "sgd")
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+
+
+class ScenarioError(Exception):
+    """Bad scenario input. str(err) is one line: `{file}: {path}: {reason}`."""
+
+    def __init__(self, file: str | Path, path: str, reason: str):
+        self.file, self.path = str(file), path
+        self.reason = " ".join(str(reason).split())  # one line, always
+        super().__init__(f"{self.file}: {self.path}: {self.reason}")
+
+
+class _FieldError(ValueError):
+    """Raised inside a validator to blame `subpath` (relative to the validated model)."""
+
+    def __init__(self, subpath: str, reason: str):
+        super().__init__(reason)
+        self.subpath = tuple(subpath.split("."))
+
+
+def _one_of(valid: tuple[str, ...] | dict, what: str) -> Any:
+    """A str that must be one of `valid` (a registry dict or a tuple); a miss lists them all."""
+
+    def check(value: str) -> str:
+        if value not in valid:
+            raise ValueError(f"unknown {what} '{value}' (valid: {', '.join(valid)})")
+        return value
+
+    return Annotated[str, AfterValidator(check), Field(json_schema_extra={"enum": list(valid)})]
+
+
+def _unit(
+    parse: Callable[[object], float], pattern: str, example: str, si: str, zero_ok: bool
+) -> Any:
+    """A float field written as a unit string (or a plain SI number), parsed at validation.
+    It must be > 0 (>= 0 if zero_ok); the check is here so the message quotes what was written."""
+
+    def parse_checked(value: object) -> float:
+        number = parse(value)
+        if number < 0 or (number == 0 and not zero_ok):
+            raise ValueError(f"must be {'>=' if zero_ok else '>'} 0, got {_show(value)}")
+        return number
+
+    schema = {
+        "anyOf": [
+            {"type": "string", "pattern": pattern, "examples": [example]},
+            {"type": "number"},
+        ],
+        "description": f"e.g. '{example}', or a plain number in {si}; {'>=' if zero_ok else '>'} 0",
+    }
+    return Annotated[float, BeforeValidator(parse_checked), WithJsonSchema(schema)]
+
+
+Bytes = _unit(units.parse_bytes, units.BYTES_PATTERN, "80GiB", "bytes", False)
+Bandwidth = _unit(units.parse_bandwidth, units.BANDWIDTH_PATTERN, "300GB/s", "bytes/s", False)
+Seconds = _unit(units.parse_seconds, units.TIME_PATTERN, "1.5us", "seconds", zero_ok=True)
+Flops = _unit(units.parse_flops, units.FLOPS_PATTERN, "312TFLOPS", "FLOP/s", False)
+TopologyKind = _one_of(TOPOLOGY_KINDS, "topology kind")
+GpuName = _one_of(GPUS, "gpu")
+Dtype = _one_of(DTYPE_BYTES, "dtype")
+NumericsDtype = _one_of(NUMERICS_DTYPES, "numerics dtype")
+OptimizerName = _one_of(OPTIMIZERS, "optimizer")
+ScheduleName = _one_of(SCHEDULE_NAMES, "schedule")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class TopologySection(_Section):
+    kind: TopologyKind = "switch"
+    link_bandwidth_Bps: Bandwidth = Field(
+        alias="link_bandwidth", description="per direction, GPU <-> switch, e.g. '300GB/s'; > 0")
+    link_latency_s: Seconds = Field(alias="link_latency")
+
+
+class GpuOverrides(_Section):
+    """Any GpuSpec field; names match GpuSpec so they merge with dataclasses.replace."""
+
+    peak_flops: Flops | None = None
+    memory_bytes: Bytes | None = Field(None, alias="memory")
+    hbm_bandwidth_Bps: Bandwidth | None = Field(None, alias="hbm_bandwidth")
+    efficiency: float | None = Field(None, gt=0, le=1)
+
+
+class ClusterSection(_Section):
+    gpu: GpuName
+    gpu_overrides: GpuOverrides = GpuOverrides()
+    nodes: int = Field(1, gt=0)
+    gpus_per_node: int = Field(gt=0)
+    topology: TopologySection
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The GPUS entry with every non-null override applied."""
+        overrides = {k: v for k, v in self.gpu_overrides.model_dump().items() if v is not None}
+        return dataclasses.replace(GPUS[self.gpu], **overrides)
+
+
+class ModelSection(_Section):
+    """Model shape. With `preset`, missing fields come from MODELS[preset]; without it, all of
+    layers/hidden/heads/seq_len/vocab are required and ffn defaults to 4 x hidden."""
+
+    # The schema cannot say "required unless preset"; list none as required rather than lie.
+    model_config = ConfigDict(json_schema_extra=lambda schema, cls: schema.pop("required", None))
+
+    preset: str | None = Field(None, json_schema_extra={"enum": [*MODELS, None]})
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    gated_mlp: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data  # pydantic reports "expected a mapping"
+        preset = data.get("preset")
+        if isinstance(preset, str):
+            if preset not in MODELS:
+                valid = ", ".join(MODELS)
+                raise _FieldError("preset", f"unknown preset '{preset}' (valid: {valid})")
+            return {**dataclasses.asdict(MODELS[preset]), **data}
+        hidden = data.get("hidden")
+        if "ffn" not in data and isinstance(hidden, int) and not isinstance(hidden, bool):
+            return {**data, "ffn": 4 * hidden}
+        return data
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelSection:
+        if self.hidden % self.heads:
+            raise _FieldError("heads", f"{self.heads} does not divide model.hidden ({self.hidden})")
+        return self
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec(**self.model_dump(exclude={"preset"}))
+
+
+class TrainingSection(_Section):
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    micro_batch: int = Field(gt=0, description="sequences per microbatch")
+    dtype: Dtype = "bf16"
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+class ParallelSection(_Section):
+    pp: int = Field(1, gt=0, description="pipeline-parallel stages")
+    tp: int = Field(1, gt=0, description="tensor-parallel ranks")
+    dp: int = Field(1, gt=0, description="data-parallel replicas")
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.tp * self.dp
+
+
+class NumericsSection(_Section):
+    """The small shadow model really computed in numpy to prove the strategy correct."""
+
+    enabled: bool = True
+    hidden: int = Field(16, gt=0)
+    heads: int = Field(2, gt=0)
+    seq_len: int = Field(8, gt=0)
+    vocab: int = Field(32, gt=0)
+    micro_batch: int = Field(2, gt=0, description="shadow rows per microbatch")
+    seed: int = Field(0, ge=0)
+    dtype: NumericsDtype = "float64"
+    optimizer: OptimizerName = "adam"
+    lr: float = Field(1e-3, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> NumericsSection:
+        if self.hidden % self.heads:
+            raise _FieldError(
+                "heads", f"{self.heads} does not divide numerics.hidden ({self.hidden})")
+        return self
+
+
+class OutputSection(_Section):
+    dir: str | None = Field(None, description="output folder (default runs/<name>)")
+
+
+class Scenario(_Section):
+    """A validated scenario. Sections are frozen; derived values are properties."""
+
+    name: str = Field(json_schema_extra={"pattern": NAME_PATTERN})
+    cluster: ClusterSection
+    model: ModelSection
+    training: TrainingSection
+    parallel: ParallelSection = ParallelSection()
+    schedule: ScheduleName = "1f1b"
+    numerics: NumericsSection = NumericsSection()
+    output: OutputSection = OutputSection()
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_folder_name(cls, value: str) -> str:
+        if not re.match(NAME_PATTERN, value):
+            raise ValueError(
+                f"'{value}' is not a valid name: use only letters, digits, '_', '.', '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field_checks(self) -> Scenario:
+        m, p, t, c = self.model, self.parallel, self.training, self.cluster
+        if m.layers % p.pp:
+            raise _FieldError("parallel.pp", f"{p.pp} does not divide model.layers ({m.layers})")
+        if m.heads % p.tp:
+            raise _FieldError("parallel.tp", f"{p.tp} does not divide model.heads ({m.heads})")
+        if m.ffn % p.tp:
+            raise _FieldError("parallel.tp", f"{p.tp} does not divide model.ffn ({m.ffn})")
+        if p.world_size != c.num_gpus:
+            raise _FieldError("parallel", (
+                f"pp({p.pp}) x tp({p.tp}) x dp({p.dp}) = {p.world_size} != {c.num_gpus} GPUs "
+                f"(cluster.nodes {c.nodes} x cluster.gpus_per_node {c.gpus_per_node})"))
+        per_step = t.micro_batch * p.dp
+        if t.global_batch < per_step:
+            raise _FieldError("training.global_batch", (
+                f"{t.global_batch} < training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})"
+                f" = {per_step}: less than one microbatch per data-parallel replica"))
+        if t.global_batch % per_step:
+            raise _FieldError("training.global_batch", (
+                f"{t.global_batch} is not divisible by training.micro_batch ({t.micro_batch})"
+                f" x parallel.dp ({p.dp}) = {per_step}"))
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def num_microbatches(self) -> int:
+        """Microbatches per step per data-parallel replica: global_batch / (micro_batch x dp)."""
+        return self.training.global_batch // (self.training.micro_batch * self.parallel.dp)
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        return self.model.spec
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        return self.cluster.gpu_spec
+
+    @property
+    def dtype_bytes(self) -> int:
+        return self.training.dtype_bytes
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.output.dir) if self.output.dir is not None else Path("runs") / self.name
+
+    def resolved(self) -> dict[str, Any]:
+        """JSON-friendly and fully resolved: SI floats, preset and GPU overrides merged, derived
+        values added (num_gpus, gpu_spec, dtype_bytes, num_microbatches, output dir)."""
+        data = self.model_dump(mode="json")
+        data["cluster"]["num_gpus"] = self.num_gpus
+        data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
+        data["training"]["dtype_bytes"] = self.dtype_bytes
+        data["training"]["num_microbatches"] = self.num_microbatches
+        data["output"]["dir"] = self.output_dir.as_posix()
+        return data
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """JSON schema of the YAML format (YAML key names), for `clustersim schema` and editors."""
+    schema = Scenario.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+# Loading and error translation
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys and reads YAML 1.2 floats ('1e-3' is a float)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}'", key_node.start_mark)
+            seen.add(key if isinstance(key, str) else id(key_node))
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
+               r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file. Any problem is a one-line ScenarioError."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(path, "-", "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ScenarioError(path, "-", f"cannot read: {reason}") from None
+    return load_scenario_text(text, str(path))
+
+
+def load_scenario_text(text: str, filename: str = "<string>") -> Scenario:
+    """Validate scenario YAML given as text; `filename` is only used in error messages."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(filename, "-", _yaml_reason(exc)) from None
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else _show(data)
+        sections = ", ".join(_keys(Scenario))
+        reason = f"top level must be a mapping with keys {sections}; got {got}"
+        raise ScenarioError(filename, "-", reason)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        path, reason = _translate(exc.errors()[0])
+        raise ScenarioError(filename, path, reason) from None
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
+def _keys(model: type[BaseModel]) -> list[str]:
+    """The YAML keys a section accepts (aliases where the attribute name carries a unit)."""
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _section_at(loc: tuple) -> type[BaseModel] | None:
+    """The section model a YAML path points into, walking from Scenario."""
+    model: Any = Scenario
+    for key in loc:
+        fields = {field.alias or name: field for name, field in model.model_fields.items()}
+        model = fields[key].annotation if key in fields else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    return model
+
+
+def _show(value: object) -> str:
+    """A value as the user wrote it in YAML."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_EXPECTED = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
+    "bool_parsing": "true or false", "string_type": "a string", "model_type": "a mapping",
+    "model_attributes_type": "a mapping", "dict_type": "a mapping",
+}
+_BOUNDS = {
+    "greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<=",
+}
+
+
+def _translate(error: dict) -> tuple[str, str]:
+    """One pydantic error -> (dotted YAML path, short reason)."""
+    loc, kind, ctx = tuple(error["loc"]), error["type"], error.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, _FieldError):
+        loc = loc + cause.subpath
+    path = ".".join(str(part) for part in loc) or "-"
+    if kind == "extra_forbidden":
+        section = _section_at(loc[:-1])
+        allowed = f" (allowed: {', '.join(_keys(section))})" if section else ""
+        return path, f"unknown key '{loc[-1]}'{allowed}"
+    if kind == "invalid_key":
+        return path, f"keys must be strings, got {_show(loc[-1])}"
+    if kind == "missing":
+        in_model = len(loc) == 2 and loc[0] == "model"
+        hint = f" (or set model.preset: {', '.join(MODELS)})" if in_model else ""
+        return path, f"required field missing{hint}"
+    if kind in _EXPECTED:
+        return path, f"expected {_EXPECTED[kind]}, got {_show(error['input'])}"
+    if kind in _BOUNDS:
+        bound = next(iter(ctx.values()))
+        return path, f"must be {_BOUNDS[kind]} {bound:g}, got {_show(error['input'])}"
+    if kind == "value_error" and cause is not None:
+        return path, str(cause)
+    return path, error["msg"]

@@ -1,0 +1,299 @@
+"""sim.scenario: the one strict validation point. Every bad input is a one-line ScenarioError
+naming the file, the YAML field path and what is wrong (both values for cross-field checks)."""
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.hardware import GPUS
+from sim.presets import MODELS
+from sim.scenario import (
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    load_scenario_text,
+    scenario_json_schema,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
+
+# A small valid scenario; each bad case below changes one thing.
+BASE = {
+    "name": "base",
+    "cluster": {
+        "gpu": "A100-SXM-80GB",
+        "nodes": 1,
+        "gpus_per_node": 4,
+        "topology": {"kind": "switch", "link_bandwidth": "300GB/s", "link_latency": "1us"},
+    },
+    "model": {"preset": "tiny-8l"},
+    "training": {"global_batch": 16, "micro_batch": 2},
+    "parallel": {"pp": 4, "tp": 1, "dp": 1},
+    "schedule": "1f1b",
+}
+DELETE = object()
+
+
+def variant(*changes) -> str:
+    """BASE as YAML text with (dotted path, value) changes applied; value DELETE removes the key."""
+    data = copy.deepcopy(BASE)
+    for path, value in changes:
+        *parents, leaf = path.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is DELETE:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def assert_rejected(text: str, path: str, reason: str, filename: str = "bad.yaml") -> ScenarioError:
+    """The error is one line, `{file}: {path}: {reason}`, with exactly this path."""
+    with pytest.raises(ScenarioError, match="^" + re.escape(f"{filename}: {path}: ") + reason) as info:
+        load_scenario_text(text, filename)
+    err = info.value
+    assert "\n" not in str(err)
+    assert (err.file, err.path) == (filename, path)
+    return err
+
+
+# --- good input -------------------------------------------------------------------------------
+
+
+def test_quickstart_loads_with_derived_values():
+    s = load_scenario(QUICKSTART)
+    assert s.name == "quickstart"
+    assert s.num_gpus == 4
+    assert s.num_microbatches == 8  # 32 / (4 x dp 1)
+    assert (s.parallel.pp, s.parallel.tp, s.parallel.dp) == (4, 1, 1)
+    assert s.schedule == "1f1b"
+    assert s.model_spec == MODELS["gpt3-1.3b"]
+    assert s.model.preset == "gpt3-1.3b" and s.model.layers == 24
+    assert s.gpu_spec == GPUS["A100-SXM-80GB"]
+    assert s.cluster.topology.link_bandwidth_Bps == 300e9
+    assert s.cluster.topology.link_latency_s == 1e-6
+    assert s.dtype_bytes == 2
+    assert s.numerics.enabled and s.numerics.hidden % s.numerics.heads == 0
+    assert s.output_dir == Path("runs/quickstart")
+
+
+def test_every_bundled_scenario_loads_and_opens_with_a_question():
+    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+        assert path.read_text().startswith("#"), f"{path.name} must open with a comment"
+        load_scenario(path)
+
+
+def test_defaults_fill_optional_sections():
+    s = load_scenario_text(variant(("parallel", DELETE), ("schedule", DELETE),
+                                   ("cluster.gpus_per_node", 1)), "d.yaml")
+    assert (s.parallel.pp, s.parallel.tp, s.parallel.dp) == (1, 1, 1)
+    assert s.schedule == "1f1b"
+    assert s.training.dtype == "bf16"
+    assert s.numerics.optimizer == "adam" and s.numerics.lr == 1e-3
+    assert s.output.dir is None
+
+
+@pytest.mark.parametrize("preset", sorted(MODELS))
+def test_every_preset_is_a_valid_model(preset):
+    s = load_scenario_text(variant(("model", {"preset": preset}), ("parallel", {}),
+                                   ("cluster.gpus_per_node", 1)))
+    assert s.model_spec == MODELS[preset]
+    assert s.model_spec.head_dim * s.model_spec.heads == s.model_spec.hidden
+
+
+@pytest.mark.parametrize("gpu", sorted(GPUS))
+def test_every_gpu_is_selectable_and_sane(gpu):
+    spec = load_scenario_text(variant(("cluster.gpu", gpu))).gpu_spec
+    assert spec == GPUS[gpu] and spec.name == gpu
+    assert spec.peak_flops > 1e14 and spec.memory_bytes > 1e10 and spec.hbm_bandwidth_Bps > 1e12
+    assert 0 < spec.efficiency <= 1
+
+
+def test_explicit_fields_override_the_preset():
+    s = load_scenario_text(variant(("model.layers", 12), ("model.gated_mlp", True)))
+    assert s.model_spec.layers == 12 and s.model_spec.gated_mlp
+    assert s.model_spec.hidden == MODELS["tiny-8l"].hidden
+
+
+def test_without_preset_ffn_defaults_to_4h():
+    model = {"layers": 8, "hidden": 512, "heads": 8, "seq_len": 128, "vocab": 1000}
+    s = load_scenario_text(variant(("model", model)))
+    assert s.model_spec.ffn == 2048 and s.model.preset is None and not s.model_spec.gated_mlp
+
+
+def test_gpu_overrides_merge_into_gpu_spec():
+    overrides = {"memory": "80GiB", "efficiency": 0.4, "hbm_bandwidth": "2TB/s",
+                 "peak_flops": "300TFLOPS"}
+    spec = load_scenario_text(variant(("cluster.gpu_overrides", overrides))).gpu_spec
+    assert spec.memory_bytes == 80 * 2**30
+    assert spec.efficiency == 0.4
+    assert spec.hbm_bandwidth_Bps == 2e12
+    assert spec.peak_flops == 300e12
+    assert spec.name == "A100-SXM-80GB"
+
+
+def test_plain_numbers_micro_sign_and_yaml12_floats():
+    s = load_scenario_text(variant(("cluster.topology.link_bandwidth", 3e11),
+                                   ("cluster.topology.link_latency", "2\u00b5s")) + "numerics: {lr: 1e-3}\n")
+    assert s.cluster.topology.link_bandwidth_Bps == 3e11
+    assert s.cluster.topology.link_latency_s == 2e-6
+    assert s.numerics.lr == 1e-3  # PyYAML alone reads '1e-3' as a string
+
+
+def test_num_microbatches_divides_by_dp():
+    s = load_scenario_text(variant(("parallel.pp", 2), ("parallel.dp", 2),
+                                   ("training.global_batch", 32), ("training.micro_batch", 4)))
+    assert s.num_microbatches == 4
+
+
+def test_scenario_is_frozen():
+    s = load_scenario(QUICKSTART)
+    with pytest.raises(Exception):
+        s.parallel.pp = 2  # type: ignore[misc]
+
+
+def test_resolved_is_json_serialisable_and_stable():
+    a, b = load_scenario(QUICKSTART).resolved(), load_scenario(QUICKSTART).resolved()
+    text = json.dumps(a, sort_keys=True)
+    assert text == json.dumps(b, sort_keys=True)
+    assert json.loads(text) == a
+    assert a["cluster"]["topology"]["link_bandwidth_Bps"] == 300e9
+    assert a["cluster"]["gpu_spec"]["peak_flops"] == 312e12
+    assert a["model"]["layers"] == 24  # preset expanded
+    assert a["training"]["num_microbatches"] == 8
+    assert a["output"]["dir"] == "runs/quickstart"
+    assert list(a) == ["name", "cluster", "model", "training", "parallel", "schedule",
+                       "numerics", "output"]
+
+
+def test_json_schema_is_json_and_covers_every_section():
+    schema = json.loads(json.dumps(scenario_json_schema()))
+    assert set(schema["properties"]) == {"name", "cluster", "model", "training", "parallel",
+                                         "schedule", "numerics", "output"}
+    topology = schema["$defs"]["TopologySection"]["properties"]
+    bandwidth = topology["link_bandwidth"]["anyOf"][0]
+    assert bandwidth["type"] == "string" and re.match(bandwidth["pattern"], "300GB/s")
+    assert schema["$defs"]["TopologySection"]["additionalProperties"] is False
+    assert "required" not in schema["$defs"]["ModelSection"]  # a preset may supply them all
+
+
+# --- bad input: one parametrised table, one rule per row -------------------------------------
+
+BAD = [
+    # (id, YAML text, field path, reason regex)
+    ("unknown_top_level_key", variant(("foo", 1)), "foo",
+     r"unknown key 'foo' \(allowed: name, cluster, model, training, parallel, schedule, numerics, output\)$"),
+    ("unknown_nested_key", variant(("cluster.topology.bandwidth", "1GB/s")), "cluster.topology.bandwidth",
+     r"unknown key 'bandwidth' \(allowed: kind, link_bandwidth, link_latency\)$"),
+    ("unknown_override_key", variant(("cluster.gpu_overrides.tflops", 1)), "cluster.gpu_overrides.tflops",
+     r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\)$"),
+    ("wrong_type_word", variant(("parallel.pp", "four")), "parallel.pp", r"expected an integer, got 'four'$"),
+    ("no_coercion_of_digit_strings", variant(("parallel.pp", "4")), "parallel.pp",
+     r"expected an integer, got '4'$"),
+    ("float_is_not_int", variant(("training.micro_batch", 2.0)), "training.micro_batch",
+     r"expected an integer, got 2\.0$"),
+    ("bool_is_not_int", variant(("parallel.pp", True)), "parallel.pp", r"expected an integer, got true$"),
+    ("section_not_a_mapping", variant(("cluster", "big")), "cluster", r"expected a mapping, got 'big'$"),
+    ("name_wrong_type", variant(("name", 5)), "name", r"expected a string, got 5$"),
+    ("name_not_a_folder_name", variant(("name", "my run")), "name", r"'my run' is not a valid name"),
+    ("negative_size", variant(("model.layers", -8)), "model.layers", r"must be > 0, got -8$"),
+    ("zero_size", variant(("cluster.gpus_per_node", 0)), "cluster.gpus_per_node", r"must be > 0, got 0$"),
+    ("negative_bandwidth", variant(("cluster.topology.link_bandwidth", "-300GB/s")),
+     "cluster.topology.link_bandwidth", r"must be > 0, got '-300GB/s'$"),
+    ("zero_bandwidth", variant(("cluster.topology.link_bandwidth", "0GB/s")),
+     "cluster.topology.link_bandwidth", r"must be > 0, got '0GB/s'$"),
+    ("negative_latency", variant(("cluster.topology.link_latency", "-1us")),
+     "cluster.topology.link_latency", r"must be >= 0, got '-1us'$"),
+    ("not_a_bandwidth", variant(("cluster.topology.link_bandwidth", "3 parsecs")),
+     "cluster.topology.link_bandwidth", r"'3 parsecs' is not a bandwidth; expected e\.g\. '300GB/s'$"),
+    ("efficiency_above_one", variant(("cluster.gpu_overrides", {"efficiency": 1.5})),
+     "cluster.gpu_overrides.efficiency", r"must be <= 1, got 1\.5$"),
+    ("layers_not_divisible_by_pp", variant(("parallel.pp", 3), ("cluster.gpus_per_node", 3)),
+     "parallel.pp", r"3 does not divide model\.layers \(8\)$"),
+    ("heads_not_divisible_by_tp", variant(("parallel.pp", 1), ("parallel.tp", 3), ("cluster.gpus_per_node", 3)),
+     "parallel.tp", r"3 does not divide model\.heads \(16\)$"),
+    ("ffn_not_divisible_by_tp", variant(("parallel.pp", 1), ("parallel.tp", 4), ("model.ffn", 4098)),
+     "parallel.tp", r"4 does not divide model\.ffn \(4098\)$"),
+    ("gpu_count_mismatch", variant(("parallel.dp", 2)), "parallel",
+     re.escape("pp(4) x tp(1) x dp(2) = 8 != 4 GPUs (cluster.nodes 1 x cluster.gpus_per_node 4)") + "$"),
+    ("fewer_than_one_microbatch", variant(("training.global_batch", 1)), "training.global_batch",
+     re.escape("1 < training.micro_batch (2) x parallel.dp (1) = 2") + ": less than one microbatch"),
+    ("global_batch_not_divisible", variant(("parallel.pp", 2), ("parallel.dp", 2),
+                                           ("training.global_batch", 12), ("training.micro_batch", 4)),
+     "training.global_batch",
+     re.escape("12 is not divisible by training.micro_batch (4) x parallel.dp (2) = 8") + "$"),
+    ("unknown_gpu", variant(("cluster.gpu", "V100")), "cluster.gpu",
+     r"unknown gpu 'V100' \(valid: A100-SXM-80GB, H100-SXM, H200\)$"),
+    ("unknown_preset", variant(("model.preset", "gpt5")), "model.preset",
+     r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l\)$"),
+    ("unknown_schedule", variant(("schedule", "zb-v")), "schedule",
+     r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b\)$"),
+    ("unknown_topology_kind", variant(("cluster.topology.kind", "torus")), "cluster.topology.kind",
+     r"unknown topology kind 'torus' \(valid: switch\)$"),
+    ("unknown_dtype", variant(("training.dtype", "fp8")), "training.dtype",
+     r"unknown dtype 'fp8' \(valid: bf16, fp16, fp32\)$"),
+    ("missing_required_field", variant(("training.global_batch", DELETE)), "training.global_batch",
+     r"required field missing$"),
+    ("missing_section", variant(("cluster", DELETE)), "cluster", r"required field missing$"),
+    ("missing_model_field_without_preset",
+     variant(("model", {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 128})), "model.vocab",
+     r"required field missing \(or set model\.preset: gpt3-1\.3b"),
+    ("model_heads_not_dividing_hidden", variant(("model.heads", 7)), "model.heads",
+     r"7 does not divide model\.hidden \(1024\)$"),
+    ("numerics_heads_not_dividing_hidden", variant(("numerics", {"hidden": 16, "heads": 3})),
+     "numerics.heads", r"3 does not divide numerics\.hidden \(16\)$"),
+    ("numerics_unknown_optimizer", variant(("numerics", {"optimizer": "lion"})), "numerics.optimizer",
+     r"unknown optimizer 'lion' \(valid: adam, sgd\)$"),
+]
+
+
+@pytest.mark.parametrize("text, path, reason", [row[1:] for row in BAD], ids=[row[0] for row in BAD])
+def test_rejects_bad_input(text, path, reason):
+    assert_rejected(text, path, reason)
+
+
+def test_rejects_yaml_syntax_error_with_line_number():
+    text = "name: x\ncluster:\n  gpu: [A100\n  nodes: 1\n"
+    err = assert_rejected(text, "-", r"invalid YAML at line \d+, column \d+: ")
+    assert "line 4" in err.reason or "line 3" in err.reason
+
+
+def test_rejects_duplicate_keys():
+    text = variant() + "name: again\n"
+    assert_rejected(text, "-", r"invalid YAML at line \d+, column 1: duplicate key 'name'$")
+
+
+@pytest.mark.parametrize("text, got", [("- a\n- b\n", "a list"), ("", "an empty file"), ("42\n", "42")])
+def test_rejects_top_level_not_a_mapping(text, got):
+    assert_rejected(text, "-", r"top level must be a mapping with keys name, cluster, .*; got " + got + "$")
+
+
+def test_rejects_missing_file(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ScenarioError, match="^" + re.escape(f"{missing}: -: no such file") + "$"):
+        load_scenario(missing)
+
+
+def test_rejects_a_directory(tmp_path):
+    with pytest.raises(ScenarioError, match=re.escape(f"{tmp_path}: -: cannot read")):
+        load_scenario(tmp_path)
+
+
+def test_error_carries_file_path_and_reason():
+    err = assert_rejected(variant(("parallel.pp", 3), ("cluster.gpus_per_node", 3)), "parallel.pp",
+                          r"3 does", filename="scenarios/bad.yaml")
+    assert str(err) == "scenarios/bad.yaml: parallel.pp: 3 does not divide model.layers (8)"
+    assert err.reason == "3 does not divide model.layers (8)"
+
+
+def test_scenario_model_validate_applies_the_same_rules():
+    """The Python API (no YAML) gets the same checks; only the message wrapping differs."""
+    with pytest.raises(ValueError):
+        Scenario.model_validate(yaml.safe_load(variant(("parallel.dp", 2))))
