@@ -39,7 +39,7 @@ def _schedule(args: argparse.Namespace) -> int:
     order = stage_order(args.kind, args.pp, args.microbatches)
     program = build_program(order, args.microbatches, {s: s for s in range(args.pp)}, 0.0,
                             forward_flops=lambda s: 0.0, backward_flops=lambda s: 0.0)
-    print(json.dumps(compute_order_json(program), indent=1) if args.json else compute_grid(program))
+    print(json.dumps(compute_order_json(program)) if args.json else compute_grid(program))
     return 0
 
 

@@ -21,12 +21,12 @@ from sim.numerics.pipeline import PipelineNumerics
 from sim.numerics.transformer import ShadowConfig
 from sim.records import EventLog
 from sim.scenario import Scenario
-from topologies.switch import switch
+from topologies.registry import TOPOLOGIES
 
-TOPOLOGIES: dict[str, Callable[[Scenario], nx.DiGraph]] = {
-    "switch": lambda sc: switch(sc.num_gpus, sc.cluster.topology.link_bandwidth_Bps,
-                                sc.cluster.topology.link_latency_s),
-}
+def build_topology(scenario: Scenario) -> nx.DiGraph:
+    """The scenario's network graph, from the topology registry."""
+    topo = scenario.cluster.topology
+    return TOPOLOGIES[topo.kind](scenario.num_gpus, topo.link_bandwidth_Bps, topo.link_latency_s)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | None:
 def simulate(scenario: Scenario) -> RunResult:
     """Build, run and post-process one scenario."""
     program = make_program(scenario)
-    network = Network(simpy.Environment(), TOPOLOGIES[scenario.cluster.topology.kind](scenario))
+    network = Network(simpy.Environment(), build_topology(scenario))
     numerics = make_numerics(scenario)
     log = run_program(program, network, compute_time_fn(scenario), numerics=numerics)
     return RunResult(scenario, program, log, summarize(scenario, log, numerics.finish() if numerics else None))

@@ -14,6 +14,7 @@ format's reference; scenarios/quickstart.yaml is an example of every section.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Callable
@@ -23,12 +24,14 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic import WithJsonSchema
 from pydantic import field_validator, model_validator
 
+from schedules.pipeline import SCHEDULES
 from sim import units
 from sim.hardware import GPUS, GpuSpec
 from sim.presets import MODELS, ModelSpec
+from topologies.registry import TOPOLOGIES
 
-TOPOLOGY_KINDS = ("switch",)  # later: ring, torus, fattree (one line each, with a builder)
-SCHEDULE_NAMES = ("gpipe", "1f1b")  # TODO: use schedules' SCHEDULES registry once it exists
+TOPOLOGY_KINDS = tuple(TOPOLOGIES)
+SCHEDULE_NAMES = tuple(SCHEDULES)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 NUMERICS_DTYPES = ("float64", "float32")
 OPTIMIZERS = ("adam", "sgd")
@@ -266,6 +269,10 @@ class Scenario(_Section):
             raise _FieldError("training.global_batch", (
                 f"{t.global_batch} is not divisible by training.micro_batch ({t.micro_batch})"
                 f" x parallel.dp ({p.dp}) = {per_step}"))
+        for degree in ("tp", "dp"):
+            if getattr(p, degree) != 1:
+                raise _FieldError(f"parallel.{degree}", f"{getattr(p, degree)}: only 1 is simulated so far "
+                                  "(tensor and data parallelism are not implemented yet)")
         return self
 
     @property
@@ -362,7 +369,10 @@ def load_scenario_text(text: str, filename: str = "<string>") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        path, reason = _translate(exc.errors()[0])
+        errors = exc.errors()
+        # An unknown key is usually the cause of a "missing" one (a typo), so it goes first.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+        path, reason = _translate(first)
         raise ScenarioError(filename, path, reason) from None
 
 
@@ -424,8 +434,11 @@ def _translate(error: dict) -> tuple[str, str]:
     path = ".".join(str(part) for part in loc) or "-"
     if kind == "extra_forbidden":
         section = _section_at(loc[:-1])
-        allowed = f" (allowed: {', '.join(_keys(section))})" if section else ""
-        return path, f"unknown key '{loc[-1]}'{allowed}"
+        keys = _keys(section) if section else []
+        allowed = f" (allowed: {', '.join(keys)})" if keys else ""
+        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return path, f"unknown key '{loc[-1]}'{allowed}{hint}"
     if kind == "invalid_key":
         return path, f"keys must be strings, got {_show(loc[-1])}"
     if kind == "missing":

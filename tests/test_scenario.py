@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.hardware import GPUS
 from sim.presets import MODELS
@@ -147,10 +149,11 @@ def test_plain_numbers_micro_sign_and_yaml12_floats():
     assert s.numerics.lr == 1e-3  # PyYAML alone reads '1e-3' as a string
 
 
-def test_num_microbatches_divides_by_dp():
-    s = load_scenario_text(variant(("parallel.pp", 2), ("parallel.dp", 2),
+def test_rejects_tp_and_dp_until_they_are_simulated():
+    """A valid dp=2 layout passes every sizing rule, then is refused rather than run wrongly."""
+    with pytest.raises(ScenarioError, match=r"^<string>: parallel\.dp: 2: only 1 is simulated so far"):
+        load_scenario_text(variant(("parallel.pp", 2), ("parallel.dp", 2),
                                    ("training.global_batch", 32), ("training.micro_batch", 4)))
-    assert s.num_microbatches == 4
 
 
 def test_scenario_is_frozen():
@@ -191,9 +194,13 @@ BAD = [
     ("unknown_top_level_key", variant(("foo", 1)), "foo",
      r"unknown key 'foo' \(allowed: name, cluster, model, training, parallel, schedule, numerics, output\)$"),
     ("unknown_nested_key", variant(("cluster.topology.bandwidth", "1GB/s")), "cluster.topology.bandwidth",
-     r"unknown key 'bandwidth' \(allowed: kind, link_bandwidth, link_latency\)$"),
+     r"unknown key 'bandwidth' \(allowed: kind, link_bandwidth, link_latency\); "
+     r"did you mean 'link_bandwidth'\?$"),
     ("unknown_override_key", variant(("cluster.gpu_overrides.tflops", 1)), "cluster.gpu_overrides.tflops",
-     r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\)$"),
+     r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\); "
+     r"did you mean 'peak_flops'\?$"),
+    ("typo_is_reported_before_the_missing_key", variant(("cluster", DELETE), ("clustr", BASE["cluster"])),
+     "clustr", r"unknown key 'clustr' \(allowed: .*\); did you mean 'cluster'\?$"),
     ("wrong_type_word", variant(("parallel.pp", "four")), "parallel.pp", r"expected an integer, got 'four'$"),
     ("no_coercion_of_digit_strings", variant(("parallel.pp", "4")), "parallel.pp",
      r"expected an integer, got '4'$"),
@@ -297,3 +304,37 @@ def test_scenario_model_validate_applies_the_same_rules():
     """The Python API (no YAML) gets the same checks; only the message wrapping differs."""
     with pytest.raises(ValueError):
         Scenario.model_validate(yaml.safe_load(variant(("parallel.dp", 2))))
+
+
+# --- robustness: bad input is a ScenarioError, never a traceback --------------------------------
+
+YAML_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+FIELD_PATHS = st.sampled_from([
+    "name", "cluster", "cluster.gpu", "cluster.nodes", "cluster.topology.link_bandwidth",
+    "cluster.topology.link_latency", "cluster.gpu_overrides", "cluster.gpu_overrides.memory",
+    "model", "model.preset", "model.layers", "model.hidden", "training.global_batch",
+    "training.dtype", "parallel.pp", "parallel.tp", "schedule", "numerics", "numerics.lr",
+    "output.dir", "extra",
+])
+
+
+@settings(max_examples=200, deadline=None)
+@given(FIELD_PATHS, YAML_VALUES)
+def test_any_value_anywhere_is_a_scenario_or_a_one_line_error(path, value):
+    try:
+        load_scenario_text(variant((path, value)), "fuzz.yaml")
+    except ScenarioError as err:
+        assert "\n" not in str(err) and str(err).startswith("fuzz.yaml: ")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_any_text_is_a_scenario_or_a_one_line_error(text):
+    with pytest.raises(ScenarioError) as info:
+        load_scenario_text(text, "fuzz.yaml")
+    assert "\n" not in str(info.value)

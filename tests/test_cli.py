@@ -1,0 +1,87 @@
+"""The command line: bad input is one line on stderr naming file and field, exit 2, nothing written;
+the schedule and schema commands print what the README promises."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = (ROOT / "scenarios" / "quickstart.yaml").read_text()
+
+BAD_INPUTS = [
+    # (case, YAML text or None for a missing file, field path, reason pattern)
+    ("unknown_top_key", GOOD + "colour: blue\n", "colour", "unknown key 'colour'"),
+    ("unknown_nested_key", GOOD.replace("nodes: 1", "nodes: 1\n  racks: 2"), "cluster.racks", "unknown key 'racks'"),
+    ("wrong_type", GOOD.replace("pp: 4 ", "pp: four "), "parallel.pp", "expected an integer, got 'four'"),
+    ("negative_size", GOOD.replace("micro_batch: 4 ", "micro_batch: -4 "), "training.micro_batch", "must be > 0"),
+    ("zero_bandwidth", GOOD.replace("300GB/s", "0GB/s"), "cluster.topology.link_bandwidth", "> 0"),
+    ("bad_unit", GOOD.replace("300GB/s", "300 parsecs"), "cluster.topology.link_bandwidth", "not a bandwidth"),
+    ("layers_not_divisible_by_pp", GOOD.replace("pp: 4 ", "pp: 5 ").replace("gpus_per_node: 4", "gpus_per_node: 5"),
+     "parallel.pp", r"5 does not divide model.layers \(24\)"),
+    ("gpu_count_mismatch", GOOD.replace("gpus_per_node: 4", "gpus_per_node: 8"), "parallel",
+     r"pp\(4\) x tp\(1\) x dp\(1\) = 4 != 8 GPUs"),
+    ("microbatches_below_one", GOOD.replace("global_batch: 32", "global_batch: 2"), "training.global_batch",
+     "less than one microbatch"),
+    ("global_batch_not_divisible", GOOD.replace("global_batch: 32", "global_batch: 30"), "training.global_batch",
+     r"30 is not divisible by training.micro_batch \(4\)"),
+    ("unknown_gpu", GOOD.replace("A100-SXM-80GB", "B300"), "cluster.gpu", "B300"),
+    ("unknown_preset", GOOD.replace("gpt3-1.3b", "gpt5"), "model.preset", "unknown preset 'gpt5'"),
+    ("unknown_schedule", GOOD.replace("schedule: 1f1b", "schedule: zigzag"), "schedule", "zigzag"),
+    ("yaml_syntax", GOOD.replace("nodes: 1", "nodes: [1"), "-", "invalid YAML at line"),
+    ("not_a_mapping", "- just\n- a list\n", "-", "top level must be a mapping"),
+    ("missing_file", None, "-", "no such file"),
+]
+
+
+@pytest.mark.parametrize("case,text,field,reason", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case, text, field, reason):
+    path = tmp_path / f"{case}.yaml"
+    if text is not None:
+        path.write_text(text)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"clustersim: error: {path}: {field}: "), err
+    assert __import__("re").search(reason, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([path.name] if text is not None else [])
+
+
+def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("pp: 4 ", "pp: 0 "))
+    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(path), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stderr == f"clustersim: error: {path}: parallel.pp: must be > 0, got 0\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_schedule_json_lists_every_compute_op_in_order(capsys):
+    assert main(["schedule", "--kind", "1f1b", "--pp", "2", "--microbatches", "2", "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)["ranks"]
+    as_text = {r: [f"{o['phase']}{o['microbatch']}@{o['stage']}" for o in ops] for r, ops in ranks.items()}
+    # 1F1B, p=2: stage 0 warms up with one forward; stage 1 alternates from the start
+    assert as_text == {"0": ["F0@0", "F1@0", "B0@0", "B1@0"], "1": ["F0@1", "B0@1", "F1@1", "B1@1"]}
+
+
+def test_schedule_grid_has_one_row_per_rank(capsys):
+    assert main(["schedule", "--kind", "gpipe", "--pp", "3", "--microbatches", "2"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows == ["rank 0 | F0@0 F1@0 B0@0 B1@0", "rank 1 | F0@1 F1@1 B0@1 B1@1", "rank 2 | F0@2 F1@2 B0@2 B1@2"]
+
+
+def test_schedule_rejects_zero_microbatches(capsys):
+    assert main(["schedule", "--kind", "gpipe", "--pp", "3", "--microbatches", "0"]) == 2
+    assert "--microbatches: must be >= 1" in capsys.readouterr().err
+
+
+def test_schema_is_json_with_every_section(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert {"cluster", "model", "training", "parallel", "schedule", "numerics", "output"} <= set(schema["properties"])
