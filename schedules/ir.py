@@ -11,13 +11,14 @@ that round-trips through `parse_op`:
     recv: RECV F3@0 <-0 4096B
 
 A message's tag is (phase, microbatch, producer stage), so `SEND F3@1` on one rank matches
-`RECV F3@1` on its peer. Labels are unique within a rank.
+`RECV F3@1` on its peer. Labels are unique within a rank (and cached: the engine asks often).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 PHASES = ("F", "B", "OPT")
 COMPUTE_STREAM = "compute"
@@ -39,7 +40,7 @@ class Compute:
     stream: str = COMPUTE_STREAM
     deps: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def label(self) -> str:
         if self.phase == "OPT":
             return f"OPT@{self.stage}"
@@ -47,33 +48,35 @@ class Compute:
 
 
 @dataclass(frozen=True)
-class Send:
-    """Point-to-point send of the tensor tagged `tag` to rank `peer` (eager: buffered at the peer)."""
+class _PointToPoint:
+    """A message with `peer`, tagged `tag`, of `nbytes`; the subclass says which end it is."""
 
     peer: int
     tag: Tag
     nbytes: float
-    stream: str = SEND_STREAM
+    stream: str
     deps: tuple[str, ...] = ()
+    KIND = ""
 
-    @property
+    @cached_property
     def label(self) -> str:
-        return f"SEND {_tag_text(self.tag)}"
+        return f"{self.KIND} {_tag_text(self.tag)}"
 
 
 @dataclass(frozen=True)
-class Recv:
+class Send(_PointToPoint):
+    """Point-to-point send of the tensor tagged `tag` to rank `peer` (eager: buffered at the peer)."""
+
+    stream: str = SEND_STREAM
+    KIND = "SEND"
+
+
+@dataclass(frozen=True)
+class Recv(_PointToPoint):
     """Point-to-point receive of the tensor tagged `tag` from rank `peer`; done when it arrives."""
 
-    peer: int
-    tag: Tag
-    nbytes: float
     stream: str = RECV_STREAM
-    deps: tuple[str, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"RECV {_tag_text(self.tag)}"
+    KIND = "RECV"
 
 
 Op = Compute | Send | Recv

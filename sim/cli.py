@@ -10,7 +10,8 @@ from pathlib import Path
 from schedules.grid import compute_grid, compute_order_json
 from schedules.pipeline import SCHEDULES, build_program, stage_order
 from schedules.validate import ProgramError
-from sim.scenario import ScenarioError, load_scenario, scenario_json_schema
+from sim.scenario import ScenarioError, scenario_json_schema
+from sim.scenario_loader import load_scenario
 
 
 def _run(args: argparse.Namespace) -> int:

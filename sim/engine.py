@@ -77,8 +77,8 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             elif isinstance(op, Send):
                 payload = numerics.send_payload(rank, op)
                 waiting[(rank, stream)] = f"{label} in flight"
-                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{label} r{rank}->r{op.peer}")
-                letter(rank, op.peer, op.tag).succeed(payload)
+                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{label} r{rank}->r{op.peer}",
+                                       letter(rank, op.peer, op.tag), payload)
                 spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
             else:
                 waiting[(rank, stream)] = f"{label} waits for SEND {label[5:]} from rank {op.peer}"
@@ -102,6 +102,4 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
     if waiting:
         blocked = "; ".join(f"rank {r} {s}: {what}" for (r, s), what in sorted(waiting.items()))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
-    spans.sort(key=lambda s: (s.start_s, s.rank, s.stream, s.end_s, s.label))
-    flows = sorted(network.records, key=lambda f: (f.start_s, f.src, f.dst, f.label))
-    return EventLog(tuple(spans), tuple(flows), len(program.ranks), network.link_names)
+    return EventLog(tuple(spans), tuple(network.records), len(program.ranks), network.link_names)

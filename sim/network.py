@@ -52,16 +52,48 @@ def max_min_rates(flow_of_pair: np.ndarray, link_of_pair: np.ndarray, num_flows:
     return rates
 
 
+SMALL_COMPONENT = 8  # up to this many flows, plain Python beats numpy's per-call overhead
+
+
+def max_min_rates_small(flow_links: list[tuple[int, ...]], capacity_Bps) -> list[float]:
+    """The same progressive filling as `max_min_rates`, in plain Python, for a few flows.
+
+    Same rounds, same bottleneck tolerance, same order of freezing, so both give the same rates.
+    """
+    residual: dict[int, float] = {}
+    count: dict[int, int] = {}
+    for links in flow_links:
+        for link in links:
+            residual[link] = float(capacity_Bps[link])
+            count[link] = count.get(link, 0) + 1
+    rates = [0.0] * len(flow_links)
+    unfrozen = list(range(len(flow_links)))
+    while unfrozen:
+        best = min(residual[link] / n for link, n in count.items() if n)
+        bottleneck = {link for link, n in count.items() if n and residual[link] / n <= best * (1 + 1e-12)}
+        still = []
+        for i in unfrozen:
+            if bottleneck.isdisjoint(flow_links[i]):
+                still.append(i)
+                continue
+            rates[i] = best
+            for link in flow_links[i]:
+                residual[link] = max(residual[link] - best, 0.0)
+                count[link] -= 1
+        unfrozen = still
+    return rates
+
+
 class _Flow:
     """One message in flight. `remaining` bytes are as of `since_s`; it drains at `rate` B/s."""
 
-    __slots__ = ("src", "dst", "links", "latency_s", "nbytes", "label", "start_s", "done", "remaining",
-                 "since_s", "rate", "version")
+    __slots__ = ("src", "dst", "links", "latency_s", "nbytes", "label", "start_s", "done", "payload",
+                 "remaining", "since_s", "rate", "version")
 
     def __init__(self, src: int, dst: int, links: tuple[int, ...], latency_s: float, nbytes: float, label: str,
-                 now_s: float, done: simpy.Event):
+                 now_s: float, done: simpy.Event, payload: object):
         self.src, self.dst, self.links, self.latency_s = src, dst, links, latency_s
-        self.nbytes, self.label, self.start_s, self.done = nbytes, label, now_s, done
+        self.nbytes, self.label, self.start_s, self.done, self.payload = nbytes, label, now_s, done, payload
         self.remaining, self.since_s, self.rate, self.version = nbytes, now_s, 0.0, 0
 
 
@@ -98,10 +130,12 @@ class Network:
             self._routes[key] = (links, latency, slowest)
         return self._routes[key]
 
-    def transfer(self, src: int, dst: int, nbytes: float, label: str) -> simpy.Event:
-        """Start a message now; the returned event fires when it is delivered at dst."""
+    def transfer(self, src: int, dst: int, nbytes: float, label: str, done: simpy.Event | None = None,
+                 payload: object = None) -> simpy.Event:
+        """Start a message now; `done` (a new event if not given) succeeds with `payload` when the
+        message is delivered at dst."""
         links, latency_s, _ = self.route(src, dst)
-        flow = _Flow(src, dst, links, latency_s, nbytes, label, self.env.now, self.env.event())
+        flow = _Flow(src, dst, links, latency_s, nbytes, label, self.env.now, done or self.env.event(), payload)
         if nbytes <= 0 or not links:
             self._deliver(flow)
             return flow.done
@@ -126,6 +160,8 @@ class Network:
         """New max-min rates for one component; reschedule the finish of flows whose rate changed."""
         if len(flows) == 1:
             rates = [self.route(flows[0].src, flows[0].dst)[2]]
+        elif len(flows) <= SMALL_COMPONENT:
+            rates = max_min_rates_small([f.links for f in flows], self.capacity_Bps)
         else:
             flow_of_pair = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
             links, link_of_pair = np.unique(np.concatenate([f.links for f in flows]), return_inverse=True)
@@ -156,5 +192,5 @@ class Network:
         def land(_):
             self.records.append(FlowSpan(flow.src, flow.dst, flow.links, flow.start_s, self.env.now,
                                          flow.nbytes, flow.label))
-            flow.done.succeed()
+            flow.done.succeed(flow.payload)
         self.env.timeout(flow.latency_s).callbacks.append(land)

@@ -45,7 +45,8 @@ class FlowSpan(NamedTuple):
 
 @dataclass(frozen=True)
 class EventLog:
-    """Everything a run recorded, in a deterministic order (by start time, then rank, then stream)."""
+    """Everything a run recorded, in the order ops and flows finished (deterministic: SimPy's
+    tie-break makes one program give one order)."""
 
     spans: tuple[Span, ...]
     flows: tuple[FlowSpan, ...]

@@ -1,6 +1,6 @@
 """The one strict validation point: scenario YAML -> a frozen, typed, SI-unit `Scenario`.
 
-    scenario = load_scenario("scenarios/quickstart.yaml")
+    scenario = load_scenario("scenarios/quickstart.yaml")   # sim.scenario_loader
     scenario.parallel.pp, scenario.num_microbatches, scenario.gpu_spec.peak_flops
 
 Every problem (missing file, YAML syntax, unknown key, wrong type, bad value, inconsistent
@@ -14,13 +14,11 @@ format's reference; scenarios/quickstart.yaml is an example of every section.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Callable
 
-import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic import WithJsonSchema
 from pydantic import field_validator, model_validator
 
@@ -75,7 +73,7 @@ def _unit(
     def parse_checked(value: object) -> float:
         number = parse(value)
         if number < 0 or (number == 0 and not zero_ok):
-            raise ValueError(f"must be {'>=' if zero_ok else '>'} 0, got {_show(value)}")
+            raise ValueError(f"must be {'>=' if zero_ok else '>'} 0, got {show_value(value)}")
         return number
 
     schema = {
@@ -98,6 +96,20 @@ Dtype = _one_of(DTYPE_BYTES, "dtype")
 NumericsDtype = _one_of(NUMERICS_DTYPES, "numerics dtype")
 OptimizerName = _one_of(OPTIMIZERS, "optimizer")
 ScheduleName = _one_of(SCHEDULE_NAMES, "schedule")
+
+
+def show_value(value: object) -> str:
+    """A value as the user wrote it in YAML."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class _Section(BaseModel):
@@ -316,140 +328,3 @@ def scenario_json_schema() -> dict[str, Any]:
     """JSON schema of the YAML format (YAML key names), for `clustersim schema` and editors."""
     schema = Scenario.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-# Loading and error translation
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads YAML 1.2 floats ('1e-3' is a float)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key '{key}'", key_node.start_mark)
-            seen.add(key if isinstance(key, str) else id(key_node))
-        return super().construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
-               r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"),
-    list("-+0123456789."),
-)
-
-
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file. Any problem is a one-line ScenarioError."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(path, "-", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise ScenarioError(path, "-", f"cannot read: {reason}") from None
-    return load_scenario_text(text, str(path))
-
-
-def load_scenario_text(text: str, filename: str = "<string>") -> Scenario:
-    """Validate scenario YAML given as text; `filename` is only used in error messages."""
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(filename, "-", _yaml_reason(exc)) from None
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else _show(data)
-        sections = ", ".join(_keys(Scenario))
-        reason = f"top level must be a mapping with keys {sections}; got {got}"
-        raise ScenarioError(filename, "-", reason)
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        # An unknown key is usually the cause of a "missing" one (a typo), so it goes first.
-        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        path, reason = _translate(first)
-        raise ScenarioError(filename, path, reason) from None
-
-
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    if mark is None:
-        return f"invalid YAML: {problem}"
-    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-
-
-def _keys(model: type[BaseModel]) -> list[str]:
-    """The YAML keys a section accepts (aliases where the attribute name carries a unit)."""
-    return [field.alias or name for name, field in model.model_fields.items()]
-
-
-def _section_at(loc: tuple) -> type[BaseModel] | None:
-    """The section model a YAML path points into, walking from Scenario."""
-    model: Any = Scenario
-    for key in loc:
-        fields = {field.alias or name: field for name, field in model.model_fields.items()}
-        model = fields[key].annotation if key in fields else None
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-    return model
-
-
-def _show(value: object) -> str:
-    """A value as the user wrote it in YAML."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-_EXPECTED = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
-    "bool_parsing": "true or false", "string_type": "a string", "model_type": "a mapping",
-    "model_attributes_type": "a mapping", "dict_type": "a mapping",
-}
-_BOUNDS = {
-    "greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<=",
-}
-
-
-def _translate(error: dict) -> tuple[str, str]:
-    """One pydantic error -> (dotted YAML path, short reason)."""
-    loc, kind, ctx = tuple(error["loc"]), error["type"], error.get("ctx") or {}
-    cause = ctx.get("error")
-    if isinstance(cause, _FieldError):
-        loc = loc + cause.subpath
-    path = ".".join(str(part) for part in loc) or "-"
-    if kind == "extra_forbidden":
-        section = _section_at(loc[:-1])
-        keys = _keys(section) if section else []
-        allowed = f" (allowed: {', '.join(keys)})" if keys else ""
-        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        return path, f"unknown key '{loc[-1]}'{allowed}{hint}"
-    if kind == "invalid_key":
-        return path, f"keys must be strings, got {_show(loc[-1])}"
-    if kind == "missing":
-        in_model = len(loc) == 2 and loc[0] == "model"
-        hint = f" (or set model.preset: {', '.join(MODELS)})" if in_model else ""
-        return path, f"required field missing{hint}"
-    if kind in _EXPECTED:
-        return path, f"expected {_EXPECTED[kind]}, got {_show(error['input'])}"
-    if kind in _BOUNDS:
-        bound = next(iter(ctx.values()))
-        return path, f"must be {_BOUNDS[kind]} {bound:g}, got {_show(error['input'])}"
-    if kind == "value_error" and cause is not None:
-        return path, str(cause)
-    return path, error["msg"]

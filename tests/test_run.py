@@ -7,7 +7,7 @@ import pytest
 
 from sim.cli import main
 from sim.run import simulate
-from sim.scenario import load_scenario_text
+from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """
 name: e2e

@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 
 from sim.hardware import GPUS
 from sim.presets import MODELS
-from sim.scenario import (
-    Scenario,
-    ScenarioError,
-    load_scenario,
-    load_scenario_text,
-    scenario_json_schema,
-)
+from sim.scenario import Scenario, ScenarioError, scenario_json_schema
+from sim.scenario_loader import load_scenario, load_scenario_text
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
