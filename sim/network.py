@@ -144,6 +144,12 @@ class Network:
         self._reshare(self._component([flow]))
         return flow.done
 
+    def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:
+        """Start many messages now (GPU index arrays src, dst and byte counts); the returned event
+        fires when the last of them has been delivered."""
+        events = [self.transfer(int(s), int(d), float(n), label) for s, d, n in zip(src, dst, nbytes)]
+        return self.env.all_of(events)
+
     def _component(self, seeds: list[_Flow]) -> list[_Flow]:
         """Every active flow reachable from `seeds` through shared links, in a deterministic order."""
         seen = dict.fromkeys(seeds)
