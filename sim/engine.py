@@ -102,4 +102,6 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
     if waiting:
         blocked = "; ".join(f"rank {r} {s}: {what}" for (r, s), what in sorted(waiting.items()))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
-    return EventLog(tuple(spans), tuple(network.records), len(program.ranks), network.link_names)
+    step_s = max((span.end_s for span in spans), default=0.0)
+    return EventLog(tuple(spans), tuple(network.flow_spans()), len(program.ranks), network.link_names,
+                    network.link_stats(step_s))

@@ -1,13 +1,18 @@
 """Flow-level network: every message is a flow on a routed path; links are shared max-min fairly.
 
-Whenever a flow starts or finishes, the rates of all active flows are re-shared by progressive
-filling (`max_min_rates`), so no link carries more than its bandwidth. A message of M bytes on a
-path with latencies l_i is delivered at (time its last byte leaves, given the rates it got) +
-sum(l_i): latency is paid once per message, not per byte.
+State is held as arrays over the active flows (bytes left, rate, path as CSR), so a re-share of a
+million flows is a handful of numpy passes (sim.maxmin). Rates are re-shared whenever flows
+start or finish. A message of M bytes on a path with latencies l_i is delivered at (the time its
+last byte leaves, given the rates it got) + sum(l_i): latency is paid once per message.
 
-The network lives inside SimPy's event loop: a flow whose rate changes schedules a timeout for
-its new finish time, tagged with a version number that the next change bumps, so stale timeouts
-are ignored. There is no second event queue.
+Messages are started in groups (`transfer_many`; `transfer` is a group of one); a group's event
+fires when its last message lands. Flows whose finish times lie within a relative 1e-9 of the
+earliest finish are finished together, so a symmetric collective's thousands of equal flows cost
+one re-share, not thousands.
+
+The network lives inside SimPy's event loop: each re-share schedules one timeout for the next
+finish, tagged with a generation number that the next re-share bumps, so stale timeouts are
+ignored. There is no second event queue.
 """
 
 from __future__ import annotations
@@ -16,187 +21,203 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from sim.records import FlowSpan
-from topologies.routing import shortest_path_route
-from topologies.schema import BANDWIDTH, LATENCY, gpu_nodes
+from sim.maxmin import link_csr, max_min_rates
+from sim.records import FlowSpan, LinkStats
+from topologies.routing import Router, make_router
+from topologies.schema import BANDWIDTH, LATENCY
+
+FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
 
 
-def max_min_rates(flow_of_pair: np.ndarray, link_of_pair: np.ndarray, num_flows: int,
-                  capacity_Bps: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling, vectorised over (flow, link) incidence pairs.
+class _Group:
+    """Messages started together: how many are still moving, when the last one lands so far."""
 
-    Each round finds the bottleneck share min_l (residual_l / unfrozen flows on l), gives that rate
-    to every unfrozen flow crossing a link at that share, and removes their rate from the links
-    they cross. Every flow ends with a saturated link on its path where no flow gets more.
-    """
-    rates = np.zeros(num_flows)
-    residual = capacity_Bps.astype(float)
-    frozen = np.zeros(num_flows, dtype=bool)
-    active_pair = np.ones(len(flow_of_pair), dtype=bool)
-    num_links = len(capacity_Bps)
-    while active_pair.any():
-        counts = np.bincount(link_of_pair[active_pair], minlength=num_links)
-        used = counts > 0
-        share = np.full(num_links, np.inf)
-        share[used] = residual[used] / counts[used]
-        best = share.min()
-        bottleneck = used & (share <= best * (1 + 1e-12))
-        newly = np.unique(flow_of_pair[active_pair & bottleneck[link_of_pair]])
-        newly = newly[~frozen[newly]]
-        rates[newly] = best
-        frozen[newly] = True
-        leaving = active_pair & frozen[flow_of_pair]
-        residual -= np.bincount(link_of_pair[leaving], minlength=num_links) * best
-        np.maximum(residual, 0.0, out=residual)
-        active_pair &= ~leaving
-    return rates
+    __slots__ = ("pending", "land_s", "done", "payload")
 
-
-SMALL_COMPONENT = 8  # up to this many flows, plain Python beats numpy's per-call overhead
-
-
-def max_min_rates_small(flow_links: list[tuple[int, ...]], capacity_Bps) -> list[float]:
-    """The same progressive filling as `max_min_rates`, in plain Python, for a few flows.
-
-    Same rounds, same bottleneck tolerance, same order of freezing, so both give the same rates.
-    """
-    residual: dict[int, float] = {}
-    count: dict[int, int] = {}
-    for links in flow_links:
-        for link in links:
-            residual[link] = float(capacity_Bps[link])
-            count[link] = count.get(link, 0) + 1
-    rates = [0.0] * len(flow_links)
-    unfrozen = list(range(len(flow_links)))
-    while unfrozen:
-        best = min(residual[link] / n for link, n in count.items() if n)
-        bottleneck = {link for link, n in count.items() if n and residual[link] / n <= best * (1 + 1e-12)}
-        still = []
-        for i in unfrozen:
-            if bottleneck.isdisjoint(flow_links[i]):
-                still.append(i)
-                continue
-            rates[i] = best
-            for link in flow_links[i]:
-                residual[link] = max(residual[link] - best, 0.0)
-                count[link] -= 1
-        unfrozen = still
-    return rates
-
-
-class _Flow:
-    """One message in flight. `remaining` bytes are as of `since_s`; it drains at `rate` B/s."""
-
-    __slots__ = ("src", "dst", "links", "latency_s", "nbytes", "label", "start_s", "done", "payload",
-                 "remaining", "since_s", "rate", "version")
-
-    def __init__(self, src: int, dst: int, links: tuple[int, ...], latency_s: float, nbytes: float, label: str,
-                 now_s: float, done: simpy.Event, payload: object):
-        self.src, self.dst, self.links, self.latency_s = src, dst, links, latency_s
-        self.nbytes, self.label, self.start_s, self.done, self.payload = nbytes, label, now_s, done, payload
-        self.remaining, self.since_s, self.rate, self.version = nbytes, now_s, 0.0, 0
+    def __init__(self, pending: int, land_s: float, done: simpy.Event, payload: object):
+        self.pending, self.land_s, self.done, self.payload = pending, land_s, done, payload
 
 
 class Network:
-    """Moves bytes between GPUs over a topology graph (see topologies.schema).
+    """Moves bytes between GPUs over a topology graph (see topologies.schema)."""
 
-    Flows couple only through shared links, so a start or finish re-shares just the connected
-    component of flows (linked by shared links) around the flow that changed: the max-min
-    allocation of the other components is unchanged. A flow alone on its links gets the
-    slowest link's bandwidth without any array work.
-    """
-
-    def __init__(self, env: simpy.Environment, graph: nx.DiGraph):
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, router: Router | None = None):
         self.env = env
-        self.graph = graph
         edges = list(graph.edges(data=True))
-        self.link_index = {(u, v): i for i, (u, v, _) in enumerate(edges)}
+        self.num_links = len(edges)
         self.link_names = tuple(f"{u}->{v}" for u, v, _ in edges)
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
-        self._gpu_node = gpu_nodes(graph)
-        self._routes: dict[tuple[int, int], tuple[tuple[int, ...], float, float]] = {}
-        self._on_link: list[dict[_Flow, None]] = [{} for _ in edges]  # insertion-ordered sets
-        self.records: list[FlowSpan] = []
+        self.router = router or make_router(graph)
+        # active flows, struct of arrays
+        self._remaining = np.zeros(0)  # bytes left as of self._t
+        self._rate = np.zeros(0)
+        self._nbytes = np.zeros(0)
+        self._latency = np.zeros(0)
+        self._start = np.zeros(0)
+        self._src = np.zeros(0, dtype=np.int64)
+        self._dst = np.zeros(0, dtype=np.int64)
+        self._group = np.zeros(0, dtype=np.int64)
+        self._flow_ptr = np.zeros(1, dtype=np.int64)
+        self._flow_links = np.zeros(0, dtype=np.int64)
+        self._link_ptr = np.zeros(self.num_links + 1, dtype=np.int64)
+        self._link_flows = np.zeros(0, dtype=np.int64)
+        self._batch = np.zeros(0, dtype=bool)  # flows that finish at the next wake
+        self._t = 0.0
+        self._generation = 0
+        self._groups: dict[int, _Group] = {}  # groups with messages in flight
+        self._labels: list[str] = []  # group id -> label
+        # statistics
+        self.link_bytes = np.zeros(self.num_links)
+        self.link_busy_s = np.zeros(self.num_links)
+        self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
+        self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, load B/s) after each re-share
+        self.flows_reshared = 0  # sum over re-shares of the flows re-shared (a speed measure)
+        self._done_records: list[tuple] = []
 
-    def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float, float]:
-        """(link ids, total latency, slowest link's bandwidth) from GPU src to GPU dst, cached."""
-        key = (src, dst)
-        if key not in self._routes:
-            path = shortest_path_route(self.graph, self._gpu_node[src], self._gpu_node[dst])
-            links = tuple(self.link_index[e] for e in path)
-            latency = float(sum(self.latency_s[l] for l in links))
-            slowest = float(min((self.capacity_Bps[l] for l in links), default=np.inf))
-            self._routes[key] = (links, latency, slowest)
-        return self._routes[key]
+    # -- starting messages -------------------------------------------------------------------
 
     def transfer(self, src: int, dst: int, nbytes: float, label: str, done: simpy.Event | None = None,
                  payload: object = None) -> simpy.Event:
-        """Start a message now; `done` (a new event if not given) succeeds with `payload` when the
-        message is delivered at dst."""
-        links, latency_s, _ = self.route(src, dst)
-        flow = _Flow(src, dst, links, latency_s, nbytes, label, self.env.now, done or self.env.event(), payload)
-        if nbytes <= 0 or not links:
-            self._deliver(flow)
-            return flow.done
-        for link in links:
-            self._on_link[link][flow] = None
-        self._reshare(self._component([flow]))
-        return flow.done
+        """One message; `done` (a new event if not given) succeeds with `payload` when it lands."""
+        return self._start_group(np.array([src]), np.array([dst]), np.array([float(nbytes)]), label, done, payload)
 
     def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:
-        """Start many messages now (GPU index arrays src, dst and byte counts); the returned event
-        fires when the last of them has been delivered."""
-        events = [self.transfer(int(s), int(d), float(n), label) for s, d, n in zip(src, dst, nbytes)]
-        return self.env.all_of(events)
+        """Many messages at once (arrays of GPU indices and byte counts); the event fires when the
+        last has landed."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape)
+        return self._start_group(src, dst, nbytes, label, None, None)
 
-    def _component(self, seeds: list[_Flow]) -> list[_Flow]:
-        """Every active flow reachable from `seeds` through shared links, in a deterministic order."""
-        seen = dict.fromkeys(seeds)
-        stack = list(seeds)
-        while stack:
-            for link in stack.pop().links:
-                for other in self._on_link[link]:
-                    if other not in seen:
-                        seen[other] = None
-                        stack.append(other)
-        return list(seen)
-
-    def _reshare(self, flows: list[_Flow]) -> None:
-        """New max-min rates for one component; reschedule the finish of flows whose rate changed."""
-        if len(flows) == 1:
-            rates = [self.route(flows[0].src, flows[0].dst)[2]]
-        elif len(flows) <= SMALL_COMPONENT:
-            rates = max_min_rates_small([f.links for f in flows], self.capacity_Bps)
-        else:
-            flow_of_pair = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
-            links, link_of_pair = np.unique(np.concatenate([f.links for f in flows]), return_inverse=True)
-            rates = max_min_rates(flow_of_pair, link_of_pair, len(flows), self.capacity_Bps[links]).tolist()
+    def _start_group(self, src, dst, nbytes, label, done, payload) -> simpy.Event:
         now = self.env.now
-        for flow, rate in zip(flows, rates):
-            if rate == flow.rate:
-                continue
-            flow.remaining = max(flow.remaining - flow.rate * (now - flow.since_s), 0.0)
-            flow.since_s, flow.rate = now, rate
-            flow.version += 1
-            self.env.timeout(flow.remaining / rate).callbacks.append(
-                lambda _, flow=flow, version=flow.version: self._on_finish(flow, version))
+        gid = len(self._labels)
+        self._labels.append(label)
+        moving = (src != dst) & (nbytes > 0)
+        ptr, links = self.router.route_many(src[moving], dst[moving]) if moving.any() else (np.zeros(1, np.int64), np.zeros(0, np.int64))
+        latency = np.zeros(len(src))
+        if len(links):
+            latency[moving] = np.add.reduceat(self.latency_s[links], ptr[:-1])
+        # zero-byte messages still pay the path latency; a message to oneself pays nothing
+        idle = ~moving
+        land_s = float((now + latency[idle]).max()) if idle.any() else now
+        if idle.any():
+            self._record(src[idle], dst[idle], np.full(idle.sum(), now), now + latency[idle], nbytes[idle], gid,
+                         np.zeros(idle.sum() + 1, np.int64), np.zeros(0, np.int64))
+        group = _Group(int(moving.sum()), land_s, done or self.env.event(), payload)
+        self._groups[gid] = group
+        if group.pending == 0:
+            self._land(gid)
+            return group.done
+        self._advance()
+        n = int(moving.sum())
+        lengths = np.diff(ptr)
+        self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], lengths), minlength=self.num_links)
+        self._remaining = np.concatenate([self._remaining, nbytes[moving]])
+        self._rate = np.concatenate([self._rate, np.zeros(n)])
+        self._nbytes = np.concatenate([self._nbytes, nbytes[moving]])
+        self._latency = np.concatenate([self._latency, latency[moving]])
+        self._start = np.concatenate([self._start, np.full(n, now)])
+        self._src = np.concatenate([self._src, src[moving]])
+        self._dst = np.concatenate([self._dst, dst[moving]])
+        self._group = np.concatenate([self._group, np.full(n, gid)])
+        self._flow_ptr = np.concatenate([self._flow_ptr, self._flow_ptr[-1] + ptr[1:]])
+        self._flow_links = np.concatenate([self._flow_links, links])
+        self._link_ptr, self._link_flows = link_csr(self._flow_ptr, self._flow_links, self.num_links)
+        self._reshare()
+        return group.done
 
-    def _on_finish(self, flow: _Flow, version: int) -> None:
-        if version != flow.version:
-            return  # its rate changed since this finish was scheduled
-        neighbours: dict[_Flow, None] = {}
-        for link in flow.links:
-            del self._on_link[link][flow]
-            neighbours.update(self._on_link[link])
-        self._deliver(flow)
-        if neighbours:
-            self._reshare(self._component(list(neighbours)))
+    # -- the fluid model -----------------------------------------------------------------------
 
-    def _deliver(self, flow: _Flow) -> None:
-        """The last byte has left; the message lands one path latency later."""
-        def land(_):
-            self.records.append(FlowSpan(flow.src, flow.dst, flow.links, flow.start_s, self.env.now,
-                                         flow.nbytes, flow.label))
-            flow.done.succeed(flow.payload)
-        self.env.timeout(flow.latency_s).callbacks.append(land)
+    def _advance(self) -> None:
+        """Drain every active flow at its rate up to now; accumulate link busy time."""
+        elapsed = self.env.now - self._t
+        if elapsed > 0 and len(self._remaining):
+            self._remaining -= self._rate * elapsed
+            self.link_busy_s += elapsed * (np.diff(self._link_ptr) > 0)
+        self._t = self.env.now
+
+    def _reshare(self) -> None:
+        """Max-min rates for all active flows, then one timeout for the next batch of finishes."""
+        self._generation += 1
+        if not len(self._remaining):
+            return
+        self.flows_reshared += len(self._remaining)
+        self._rate = max_min_rates(self._flow_ptr, self._flow_links, self._link_ptr, self._link_flows,
+                                   self.capacity_Bps)
+        on_link = np.diff(self._link_ptr)
+        np.maximum(self.link_peak_flows, on_link, out=self.link_peak_flows)
+        load = np.bincount(self._flow_links, weights=np.repeat(self._rate, np.diff(self._flow_ptr)),
+                           minlength=self.num_links)
+        busy = np.flatnonzero(on_link)
+        self.timeline.append((self.env.now, busy, load[busy]))
+        ttf = np.maximum(self._remaining, 0.0) / self._rate
+        first = float(ttf.min())
+        self._batch = ttf <= first * (1 + FINISH_TOGETHER)
+        generation = self._generation
+        self.env.timeout(first).callbacks.append(lambda _: self._wake(generation))
+
+    def _wake(self, generation: int) -> None:
+        if generation != self._generation:
+            return  # flows started since; that re-share scheduled its own wake
+        self._advance()
+        done = self._batch
+        keep = ~done
+        landing = self.env.now + self._latency[done]
+        self._record(self._src[done], self._dst[done], self._start[done], landing, self._nbytes[done],
+                     self._group[done], *_sub_csr(self._flow_ptr, self._flow_links, done))
+        finished_groups = self._group[done]
+        self._drop(keep)
+        for gid in np.unique(finished_groups).tolist():
+            group = self._groups[gid]
+            mine = finished_groups == gid
+            group.pending -= int(mine.sum())
+            group.land_s = max(group.land_s, float(landing[mine].max()))
+            if group.pending == 0:
+                self._land(gid)
+        self._reshare()
+
+    def _drop(self, keep: np.ndarray) -> None:
+        """Remove finished flows, keeping both CSR views in order (no re-sort)."""
+        new_id = np.cumsum(keep) - 1
+        self._flow_ptr, self._flow_links = _sub_csr(self._flow_ptr, self._flow_links, keep)
+        link_of = np.repeat(np.arange(self.num_links), np.diff(self._link_ptr))
+        alive = keep[self._link_flows]
+        self._link_flows = new_id[self._link_flows[alive]]
+        self._link_ptr = np.zeros(self.num_links + 1, dtype=np.int64)
+        np.cumsum(np.bincount(link_of[alive], minlength=self.num_links), out=self._link_ptr[1:])
+        for name in ("_remaining", "_rate", "_nbytes", "_latency", "_start", "_src", "_dst", "_group"):
+            setattr(self, name, getattr(self, name)[keep])
+
+    def _land(self, gid: int) -> None:
+        group = self._groups.pop(gid)
+        self.env.timeout(group.land_s - self.env.now).callbacks.append(lambda _: group.done.succeed(group.payload))
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
+        self._done_records.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
+
+    def flow_spans(self) -> list[FlowSpan]:
+        """Every delivered message as a FlowSpan, in the order they finished."""
+        spans = []
+        for src, dst, start, end, nbytes, group, ptr, links in self._done_records:
+            for i in range(len(src)):
+                spans.append(FlowSpan(int(src[i]), int(dst[i]), tuple(links[ptr[i]:ptr[i + 1]].tolist()),
+                                      float(start[i]), float(end[i]), float(nbytes[i]), self._labels[int(group[i])]))
+        return spans
+
+    def link_stats(self, window_s: float) -> LinkStats:
+        """Per-link totals; utilisation = bytes / (bandwidth x window)."""
+        util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
+        return LinkStats(self.link_names, self.link_bytes.copy(), self.link_busy_s.copy(), util,
+                         self.link_peak_flows.copy(), tuple(self.timeline))
+
+
+def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a CSR selected by a boolean mask, as a new CSR."""
+    lengths = np.diff(ptr)[rows]
+    new_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_ptr[1:])
+    pair_rows = np.repeat(rows, np.diff(ptr))
+    return new_ptr, values[pair_rows]

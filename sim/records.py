@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 
 class Span(NamedTuple):
     """One op on one rank's stream, from when it started to when it finished (seconds).
@@ -44,6 +46,23 @@ class FlowSpan(NamedTuple):
 
 
 @dataclass(frozen=True)
+class LinkStats:
+    """Per-link totals of a run (arrays indexed by link id) and the load timeline.
+
+    utilisation_l = bytes_l / (bandwidth_l x step time); busy_s_l = time with at least one flow
+    on l; peak_flows_l = most flows sharing l at once; timeline = (t, link ids, load B/s) after
+    every re-share, the load holding until the next entry.
+    """
+
+    names: tuple[str, ...]
+    bytes: np.ndarray
+    busy_s: np.ndarray
+    utilisation: np.ndarray
+    peak_flows: np.ndarray
+    timeline: tuple[tuple[float, np.ndarray, np.ndarray], ...]
+
+
+@dataclass(frozen=True)
 class EventLog:
     """Everything a run recorded, in the order ops and flows finished (deterministic: SimPy's
     tie-break makes one program give one order)."""
@@ -52,6 +71,7 @@ class EventLog:
     flows: tuple[FlowSpan, ...]
     num_ranks: int
     link_names: tuple[str, ...]
+    links: LinkStats | None = None
 
     @property
     def makespan_s(self) -> float:

@@ -1,0 +1,54 @@
+"""Network speed at scale: one all-to-all of 1 MiB per ordered pair, as one bulk of flows.
+
+Cases (the issue's acceptance 5): 512 GPUs (261,632 flows) on torus:8x8x8 and on a 64-node
+fat tree; 1,024 GPUs (1,047,552 flows) on torus:8x8x16 and on a 128-node fat tree. Prints wall
+seconds (routing included), re-shares, flows re-shared per second (sum over re-shares of the
+flows active in it, per wall second) and the simulated time.
+
+    python bench/network.py [--only torus:8x8x8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import simpy
+
+from sim.network import Network
+from topologies.spec import parse_topology
+
+CASES = ("torus:8x8x8", "fattree:nodes=64,gpus_per_node=8", "torus:8x8x16", "fattree:nodes=128,gpus_per_node=8")
+TARGET_S = {512: 20.0, 1024: 10.0}
+PER_PAIR_BYTES = 2**20
+
+
+def all_to_all(spec: str) -> dict:
+    graph = parse_topology(spec)
+    n = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
+    src, dst = np.divmod(np.arange(n * n), n)
+    off = src != dst
+    start = time.perf_counter()
+    network = Network(simpy.Environment(), graph)
+    network.transfer_many(src[off], dst[off], PER_PAIR_BYTES, "all_to_all")
+    network.env.run()
+    wall = time.perf_counter() - start
+    return {"spec": spec, "gpus": n, "flows": int(off.sum()), "wall_s": wall, "reshares": len(network.timeline),
+            "flow_reshares_per_s": network.flows_reshared / wall, "simulated_s": network.env.now}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="run one case (a topology spec)")
+    args = parser.parse_args()
+    for spec in [args.only] if args.only else CASES:
+        r = all_to_all(spec)
+        target = TARGET_S.get(r["gpus"])
+        print(f"{r['spec']:<36} {r['gpus']:5d} GPUs {r['flows']:9,d} flows  wall {r['wall_s']:6.2f} s "
+              f"(target < {target:g} s)  {r['reshares']:4d} re-shares  {r['flow_reshares_per_s']:12,.0f} flows "
+              f"re-shared/s  simulated {r['simulated_s'] * 1e3:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
