@@ -15,7 +15,7 @@ from sim.scenario_loader import load_scenario
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sim.report import terminal_summary, write_outputs
+    from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from sim.run import simulate
 
     scenario = load_scenario(args.scenario)
@@ -24,7 +24,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{scenario.name}: {scenario.schedule}, pp={scenario.parallel.pp}, "
           f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}")
     print(terminal_summary(result))
-    print(f"\nwrote {out_dir}/: summary.json gantt.png trace.json program.txt")
+    print(f"\nwrote {out_dir}/: {' '.join(OUTPUT_FILES)}")
     return 0
 
 

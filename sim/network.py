@@ -93,11 +93,14 @@ class Network:
         now = self.env.now
         gid = len(self._labels)
         self._labels.append(label)
-        moving = (src != dst) & (nbytes > 0)
-        ptr, links = self.router.route_many(src[moving], dst[moving]) if moving.any() else (np.zeros(1, np.int64), np.zeros(0, np.int64))
+        routed = src != dst
+        ptr, links = (self.router.route_many(src[routed], dst[routed]) if routed.any()
+                      else (np.zeros(1, np.int64), np.zeros(0, np.int64)))
         latency = np.zeros(len(src))
         if len(links):
-            latency[moving] = np.add.reduceat(self.latency_s[links], ptr[:-1])
+            latency[routed] = np.add.reduceat(self.latency_s[links], ptr[:-1])
+        moving = routed & (nbytes > 0)
+        ptr, links = _sub_csr(ptr, links, moving[routed])
         # zero-byte messages still pay the path latency; a message to oneself pays nothing
         idle = ~moving
         land_s = float((now + latency[idle]).max()) if idle.any() else now
@@ -141,6 +144,7 @@ class Network:
         """Max-min rates for all active flows, then one timeout for the next batch of finishes."""
         self._generation += 1
         if not len(self._remaining):
+            self.timeline.append((self.env.now, np.zeros(0, np.int64), np.zeros(0)))  # the fabric is idle
             return
         self.flows_reshared += len(self._remaining)
         self._rate = max_min_rates(self._flow_ptr, self._flow_links, self._link_ptr, self._link_flows,
@@ -210,7 +214,7 @@ class Network:
     def link_stats(self, window_s: float) -> LinkStats:
         """Per-link totals; utilisation = bytes / (bandwidth x window)."""
         util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
-        return LinkStats(self.link_names, self.link_bytes.copy(), self.link_busy_s.copy(), util,
+        return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
                          self.link_peak_flows.copy(), tuple(self.timeline))
 
 

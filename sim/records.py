@@ -55,6 +55,7 @@ class LinkStats:
     """
 
     names: tuple[str, ...]
+    capacity_Bps: np.ndarray
     bytes: np.ndarray
     busy_s: np.ndarray
     utilisation: np.ndarray

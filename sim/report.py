@@ -8,15 +8,16 @@ import tempfile
 from pathlib import Path
 
 from sim.gantt import plot_gantt
+from sim.links_plot import plot_links
 from sim.run import RunResult
 from sim.table import format_table
 from sim.trace import write_trace
 
-OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "program.txt")
+OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "program.txt")
 
 
 def write_outputs(result: RunResult, out_dir: Path) -> Path:
-    """Write summary.json, gantt.png, trace.json and program.txt.
+    """Write summary.json, gantt.png, trace.json, links.png and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
     end, so a failure never leaves a half-written run folder behind.
@@ -31,6 +32,8 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
                  f"step {result.summary['step_time_s'] * 1e3:.2f} ms")
         plot_gantt(result.log, tmp / "gantt.png", title)
         write_trace(result.log, tmp / "trace.json")
+        plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
+                   f"{sc.name}: utilisation of the hottest links")
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)

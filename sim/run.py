@@ -16,6 +16,7 @@ from schedules.pipeline import build_program, stage_order
 from schedules.validate import validate
 from sim import cost, metrics
 from sim.engine import run_program
+from sim.links_plot import hottest_links
 from sim.network import Network
 from sim.numerics.pipeline import PipelineNumerics
 from sim.numerics.transformer import ShadowConfig
@@ -116,5 +117,15 @@ def summarize(scenario: Scenario, log: EventLog, numerics: dict | None) -> dict:
         "numerics_max_abs_err": numerics["max_abs_err"] if numerics else None,
         "numerics_max_rel_err": numerics["max_rel_err"] if numerics else None,
         "numerics": numerics,
+        "hottest_links": hottest_links_summary(log),
         "scenario": scenario.resolved(),
     }
+
+
+def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
+    """The most utilised links: name, bytes, busy time, utilisation (bytes / (bandwidth x step)),
+    peak concurrent flows."""
+    stats = log.links
+    return [{"link": stats.names[l], "bytes": float(stats.bytes[l]), "busy_s": float(stats.busy_s[l]),
+             "utilisation": float(stats.utilisation[l]), "peak_flows": int(stats.peak_flows[l])}
+            for l in hottest_links(stats, count).tolist()]

@@ -1,0 +1,82 @@
+"""The flow-level network against closed forms: latency + bytes / rate, fair sharing, statistics."""
+
+import numpy as np
+import pytest
+import simpy
+
+from sim.links_plot import utilisation_matrix
+from sim.network import Network
+from topologies.switch import switch
+
+B, LAT = 100e9, 1e-6  # link bandwidth (B/s per direction) and per-link latency
+
+
+def network(n=4):
+    return Network(simpy.Environment(), switch(n, B, LAT))
+
+
+def landing_times(net, starts):
+    """Start messages (t, src, dst, nbytes) at their times; return each one's landing time."""
+    out = {}
+
+    def send(i, t, src, dst, nbytes):
+        yield net.env.timeout(t)
+        yield net.transfer(src, dst, nbytes, f"m{i}")
+        out[i] = net.env.now
+
+    for i, start in enumerate(starts):
+        net.env.process(send(i, *start))
+    net.env.run()
+    return [out[i] for i in range(len(starts))]
+
+
+def test_lone_message_takes_latency_plus_bytes_over_bandwidth():
+    # two hops (GPU -> switch -> GPU): latency 2 x LAT
+    assert landing_times(network(), [(0.0, 0, 1, 1e9)]) == [pytest.approx(2 * LAT + 1e9 / B, rel=1e-12)]
+
+
+def test_two_messages_into_one_gpu_share_its_link():
+    # both cross switch->gpu2: each gets B/2 until they finish together
+    times = landing_times(network(), [(0.0, 0, 2, 1e9), (0.0, 1, 2, 1e9)])
+    assert times == [pytest.approx(2 * LAT + 2e9 / B, rel=1e-12)] * 2
+
+
+def test_late_starter_slows_the_first_then_speeds_up():
+    # m0: 1 GB alone for 5 ms (0.5 GB done), then shares with m1 (0.25 GB) at B/2:
+    # m1 needs 5 ms, m0 sends 0.25 GB more meanwhile, then its last 0.25 GB alone takes 2.5 ms.
+    times = landing_times(network(), [(0.0, 0, 2, 1e9), (5e-3, 1, 2, 0.25e9)])
+    assert times[1] == pytest.approx(5e-3 + 5e-3 + 2 * LAT, rel=1e-12)
+    assert times[0] == pytest.approx(12.5e-3 + 2 * LAT, rel=1e-12)
+
+
+def test_disjoint_paths_do_not_interfere():
+    times = landing_times(network(), [(0.0, 0, 1, 1e9), (0.0, 2, 3, 1e9), (0.0, 1, 0, 1e9)])
+    assert times == [pytest.approx(2 * LAT + 1e9 / B, rel=1e-12)] * 3
+
+
+def test_zero_byte_message_pays_latency_only_and_self_message_nothing():
+    assert landing_times(network(), [(0.0, 0, 1, 0.0), (0.0, 2, 2, 1e9)]) == [pytest.approx(2 * LAT), 0.0]
+
+
+def test_transfer_many_fires_when_the_last_lands():
+    net = network(4)
+    done = net.transfer_many(np.array([0, 1, 2]), np.array([3, 3, 0]), np.array([1e9, 1e9, 3e9]), "bulk")
+    net.env.run()
+    assert done.triggered
+    # 0->3 and 1->3 share switch->gpu3 (B/2 each, 20 ms); 2->0 alone takes 30 ms
+    assert net.env.now == pytest.approx(2 * LAT + 3e9 / B, rel=1e-12)
+
+
+def test_link_statistics():
+    net = network(4)
+    net.transfer_many(np.array([0, 1]), np.array([2, 2]), np.array([1e9, 1e9]), "bulk")
+    net.env.run()
+    stats = net.link_stats(net.env.now)
+    into2 = stats.names.index("('switch', 0)->('gpu', 2)")
+    assert stats.bytes[into2] == 2e9
+    assert stats.peak_flows[into2] == 2
+    assert stats.busy_s[into2] == pytest.approx(2e9 / B, rel=1e-12)
+    assert stats.utilisation[into2] == pytest.approx(2e9 / (B * net.env.now), rel=1e-12)
+    # the time-binned utilisation integrates back to the bytes moved
+    matrix = utilisation_matrix(stats, np.array([into2]), net.env.now, bins=7)
+    assert matrix.sum() * net.env.now / 7 * B == pytest.approx(2e9, rel=1e-9)
