@@ -21,6 +21,11 @@ import numpy as np
 TIE = 1e-12  # links whose share is within this relative distance of the minimum fill together
 
 
+def row_lengths(ptr: np.ndarray) -> np.ndarray:
+    """Entries per row of a CSR (np.diff without its Python-level overhead; this is hot)."""
+    return ptr[1:] - ptr[:-1]
+
+
 def concat_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) without the Python loop."""
     lengths = ends - starts
@@ -33,7 +38,7 @@ def concat_ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def link_csr(flow_ptr: np.ndarray, flow_links: np.ndarray, num_links: int) -> tuple[np.ndarray, np.ndarray]:
     """Transpose a flow -> links CSR into link -> flows: (link_ptr (L+1,), link_flows (P,))."""
-    flow_of_pair = np.repeat(np.arange(len(flow_ptr) - 1), np.diff(flow_ptr))
+    flow_of_pair = np.repeat(np.arange(len(flow_ptr) - 1), row_lengths(flow_ptr))
     keys = flow_links.astype(np.uint16) if num_links <= np.iinfo(np.uint16).max else flow_links
     order = np.argsort(keys, kind="stable")  # radix sort for 16-bit keys
     link_ptr = np.zeros(num_links + 1, dtype=np.int64)
@@ -47,7 +52,7 @@ def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.nda
     num_flows, num_links = len(flow_ptr) - 1, len(capacity_Bps)
     rates = np.zeros(num_flows)
     frozen = np.zeros(num_flows, dtype=bool)
-    unfrozen_on = np.diff(link_ptr).astype(float)  # unfrozen flows per link
+    unfrozen_on = row_lengths(link_ptr).astype(float)  # unfrozen flows per link
     residual = capacity_Bps.astype(float)
     share = np.empty(num_links)
     while True:

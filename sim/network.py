@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from sim.maxmin import link_csr, max_min_rates
+from sim.maxmin import link_csr, max_min_rates, row_lengths
 from sim.records import FlowSpan, LinkStats
 from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY
@@ -114,7 +114,7 @@ class Network:
             return group.done
         self._advance()
         n = int(moving.sum())
-        lengths = np.diff(ptr)
+        lengths = row_lengths(ptr)
         self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], lengths), minlength=self.num_links)
         self._remaining = np.concatenate([self._remaining, nbytes[moving]])
         self._rate = np.concatenate([self._rate, np.zeros(n)])
@@ -137,7 +137,7 @@ class Network:
         elapsed = self.env.now - self._t
         if elapsed > 0 and len(self._remaining):
             self._remaining -= self._rate * elapsed
-            self.link_busy_s += elapsed * (np.diff(self._link_ptr) > 0)
+            self.link_busy_s += elapsed * (row_lengths(self._link_ptr) > 0)
         self._t = self.env.now
 
     def _reshare(self) -> None:
@@ -149,9 +149,9 @@ class Network:
         self.flows_reshared += len(self._remaining)
         self._rate = max_min_rates(self._flow_ptr, self._flow_links, self._link_ptr, self._link_flows,
                                    self.capacity_Bps)
-        on_link = np.diff(self._link_ptr)
+        on_link = row_lengths(self._link_ptr)
         np.maximum(self.link_peak_flows, on_link, out=self.link_peak_flows)
-        load = np.bincount(self._flow_links, weights=np.repeat(self._rate, np.diff(self._flow_ptr)),
+        load = np.bincount(self._flow_links, weights=np.repeat(self._rate, row_lengths(self._flow_ptr)),
                            minlength=self.num_links)
         busy = np.flatnonzero(on_link)
         self.timeline.append((self.env.now, busy, load[busy]))
@@ -185,7 +185,7 @@ class Network:
         """Remove finished flows, keeping both CSR views in order (no re-sort)."""
         new_id = np.cumsum(keep) - 1
         self._flow_ptr, self._flow_links = _sub_csr(self._flow_ptr, self._flow_links, keep)
-        link_of = np.repeat(np.arange(self.num_links), np.diff(self._link_ptr))
+        link_of = np.repeat(np.arange(self.num_links), row_lengths(self._link_ptr))
         alive = keep[self._link_flows]
         self._link_flows = new_id[self._link_flows[alive]]
         self._link_ptr = np.zeros(self.num_links + 1, dtype=np.int64)
@@ -220,8 +220,8 @@ class Network:
 
 def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows of a CSR selected by a boolean mask, as a new CSR."""
-    lengths = np.diff(ptr)[rows]
+    lengths = row_lengths(ptr)[rows]
     new_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_ptr[1:])
-    pair_rows = np.repeat(rows, np.diff(ptr))
+    pair_rows = np.repeat(rows, row_lengths(ptr))
     return new_ptr, values[pair_rows]
