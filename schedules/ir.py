@@ -11,14 +11,13 @@ that round-trips through `parse_op`:
     recv: RECV F3@0 <-0 4096B
 
 A message's tag is (phase, microbatch, producer stage), so `SEND F3@1` on one rank matches
-`RECV F3@1` on its peer. Labels are unique within a rank (and cached: the engine asks often).
+`RECV F3@1` on its peer. Labels are unique within a rank; each op computes its label once, at construction.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
 
 PHASES = ("F", "B", "OPT")
 COMPUTE_STREAM = "compute"
@@ -39,12 +38,11 @@ class Compute:
     nbytes: float = 0.0  # memory traffic, for memory-bound ops such as the optimizer step
     stream: str = COMPUTE_STREAM
     deps: tuple[str, ...] = ()
+    label: str = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def label(self) -> str:
-        if self.phase == "OPT":
-            return f"OPT@{self.stage}"
-        return f"{self.phase}{self.microbatch}@{self.stage}"
+    def __post_init__(self):
+        label = f"OPT@{self.stage}" if self.phase == "OPT" else f"{self.phase}{self.microbatch}@{self.stage}"
+        object.__setattr__(self, "label", label)
 
 
 @dataclass(frozen=True)
@@ -56,11 +54,11 @@ class _PointToPoint:
     nbytes: float
     stream: str
     deps: tuple[str, ...] = ()
+    label: str = field(init=False, repr=False, compare=False)
     KIND = ""
 
-    @cached_property
-    def label(self) -> str:
-        return f"{self.KIND} {_tag_text(self.tag)}"
+    def __post_init__(self):
+        object.__setattr__(self, "label", f"{self.KIND} {_tag_text(self.tag)}")
 
 
 @dataclass(frozen=True)

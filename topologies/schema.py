@@ -4,6 +4,11 @@ A topology is a `networkx.DiGraph`. Nodes carry `kind` (one of NODE_KINDS) and, 
 (the GPU's index 0..N-1, which is also the node id's order). A full-duplex link is two directed
 edges, each with `bandwidth` (bytes/s, one direction) and `latency` (seconds). Runtime state
 (flows, rates) never lives on the graph.
+
+Graph-level attributes (`graph.graph[...]`) tell a router and a plot what the graph is:
+TOPOLOGY names the builder ("ring", "torus", "mesh", "dgx", "fattree"; absent on a plain switch),
+ROUTING is one of ROUTINGS (absent means "shortest_path"), and each builder adds what its router
+needs (torus/mesh/ring: AXES, WRAP; fat tree: see topologies.fattree).
 """
 
 from __future__ import annotations
@@ -15,7 +20,13 @@ GPU_INDEX = "gpu"
 BANDWIDTH = "bandwidth"
 LATENCY = "latency"
 
-NODE_KINDS = ("gpu", "nvswitch", "switch", "nic", "leaf", "spine", "router")
+NODE_KINDS = ("gpu", "nvswitch", "switch", "nic", "leaf", "spine", "core", "router")
+
+TOPOLOGY = "topology"
+ROUTING = "routing"
+ROUTINGS = ("shortest_path", "dimension_order", "ecmp")
+AXES = "axes"  # tuple of ints, the torus/mesh size per axis; GPU index = np.ravel_multi_index(coords, axes)
+WRAP = "wrap"  # bool: torus (wraparound links) or mesh
 
 
 def add_duplex_link(graph: nx.DiGraph, a, b, bandwidth_Bps: float, latency_s: float) -> None:
@@ -45,5 +56,7 @@ def check_schema(graph: nx.DiGraph) -> None:
             raise ValueError(f"edge {a!r}->{b!r}: needs {BANDWIDTH} > 0 and {LATENCY} >= 0, got {data}")
         if not graph.has_edge(b, a):
             raise ValueError(f"edge {a!r}->{b!r} has no reverse edge (links are full duplex)")
+    if graph.graph.get(ROUTING, "shortest_path") not in ROUTINGS:
+        raise ValueError(f"graph routing {graph.graph[ROUTING]!r} not in {ROUTINGS}")
     if graph.number_of_nodes() and not nx.is_strongly_connected(graph):
         raise ValueError("topology is not connected")
