@@ -44,6 +44,87 @@ def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _collective(args: argparse.Namespace) -> int:
+    from sim.collectives import CollectiveError
+    from sim.collectives.nccl_table import TYPE_BYTES, parse_sizes, sweep, table
+    from sim.collectives.ops import OPS, REDUCE_OPS
+    from sim.units import parse_bandwidth, parse_seconds
+    from topologies.spec import parse_spec
+
+    def bad(flag: str, reason) -> ScenarioError:
+        return ScenarioError("(command line)", flag, str(reason))
+
+    def parsed(flag: str, parse, text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise bad(flag, exc) from None
+
+    if args.op not in OPS:
+        raise bad("OP", f"unknown collective {args.op!r} (valid: {', '.join(OPS)})")
+    for flag, value, valid in (("--type", args.type, TYPE_BYTES), ("--redop", args.redop, REDUCE_OPS)):
+        if value not in valid:
+            raise bad(flag, f"unknown {flag[2:]} {value!r} (valid: {', '.join(valid)})")
+    sizes = parsed("--sizes", parse_sizes, args.sizes)
+    link = {}
+    if args.bandwidth is not None:
+        link["bandwidth_Bps"] = parsed("--bandwidth", parse_bandwidth, args.bandwidth)
+    if args.latency is not None:
+        link["latency_s"] = parsed("--latency", parse_seconds, args.latency)
+    graph = parsed("--topology", lambda spec: parse_spec(spec, **link), args.topology)
+    num_gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
+    if not 0 <= args.root < num_gpus:
+        raise bad("--root", f"{args.root} is not a GPU of {args.topology} (0..{num_gpus - 1})")
+    try:
+        rows = sweep(graph, args.op, args.algo, sizes, args.type, args.redop, args.root)
+    except CollectiveError as exc:
+        raise bad("--algo", exc) from None
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"# {args.op} on {args.topology} ({num_gpus} GPUs), algorithm {args.algo}; GB = 1e9 bytes")
+        print(table(rows))
+    return 0
+
+
+def _topology(args: argparse.Namespace) -> int:
+    import os
+    import re
+    import tempfile
+
+    from sim.run import build_topology
+    from sim.topology_plot import draw_topology
+    from topologies.schema import NODE_KINDS
+    from topologies.spec import parse_spec
+
+    if Path(args.scenario).suffix in (".yaml", ".yml") or ":" not in args.scenario:
+        scenario = load_scenario(args.scenario)
+        graph, name, default = build_topology(scenario), scenario.name, scenario.output_dir / "topology.png"
+    else:  # a topology spec such as torus:4x4x4
+        try:
+            graph = parse_spec(args.scenario)
+        except ValueError as exc:
+            raise ScenarioError("(command line)", "SCENARIO", str(exc)) from None
+        name = args.scenario
+        default = Path("runs") / "topology" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png")
+    kinds = {k: n for k in NODE_KINDS if (n := sum(1 for _, kind in graph.nodes(data="kind") if kind == k))}
+    summary = (f"{graph.number_of_nodes()} nodes ({', '.join(f'{n} {k}' for k, n in kinds.items())}), "
+               f"{graph.number_of_edges() // 2} links ({graph.number_of_edges()} directed edges)")
+    out = Path(args.output) if args.output else default
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
+    os.close(fd)
+    try:  # all or nothing: a failed drawing leaves no half-written PNG
+        draw_topology(graph, tmp, f"{name}: {graph.graph.get('topology', 'switch')}, {summary}")
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    print(f"{name}: {summary}")
+    print(f"wrote {out}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="clustersim", description="Simulate LLM training on a GPU cluster.")
     sub = top.add_subparsers(dest="command", required=True)
@@ -59,6 +140,23 @@ def parser() -> argparse.ArgumentParser:
     sched.add_argument("--microbatches", type=int, required=True)
     sched.add_argument("--json", action="store_true", help="JSON instead of a text grid")
     sched.set_defaults(func=_schedule)
+    coll = sub.add_parser("collective", help="time a collective over a size sweep, as an nccl-tests-style table")
+    coll.add_argument("op", metavar="OP", help="all_reduce | reduce_scatter | all_gather | broadcast | reduce | "
+                      "gather | scatter | all_to_all | p2p")
+    coll.add_argument("--topology", required=True, help="ring:8, switch:16, torus:4x4x4, fattree:nodes=8,gpus_per_node=8")
+    coll.add_argument("--sizes", required=True, help="MIN:MAX[:FACTOR] doubling by default (1KiB:1GiB), or one size")
+    coll.add_argument("--algo", default="auto", help="algorithm (default auto; a wrong name lists the valid ones)")
+    coll.add_argument("--bandwidth", help="link bandwidth for specs without a preset, e.g. 100GB/s")
+    coll.add_argument("--latency", help="link latency for specs without a preset, e.g. 1us")
+    coll.add_argument("--type", default="float", help="element type for the count column (default float)")
+    coll.add_argument("--redop", default="sum", help="sum | prod | max | min (reducing collectives)")
+    coll.add_argument("--root", type=int, default=0, help="root GPU of broadcast, reduce, gather, scatter")
+    coll.add_argument("--json", action="store_true", help="the rows as a JSON list instead of a table")
+    coll.set_defaults(func=_collective)
+    topo = sub.add_parser("topology", help="draw a scenario's network graph to a PNG and print its size")
+    topo.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file, or a topology spec such as torus:4x4x4")
+    topo.add_argument("-o", "--output", help="PNG path (default: runs/<name>/topology.png)")
+    topo.set_defaults(func=_topology)
     return top
 
 

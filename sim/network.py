@@ -43,6 +43,7 @@ class Network:
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph, router: Router | None = None):
         self.env = env
+        self.graph = graph
         edges = list(graph.edges(data=True))
         self.num_links = len(edges)
         self.link_names = tuple(f"{u}->{v}" for u, v, _ in edges)

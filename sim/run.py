@@ -25,9 +25,22 @@ from sim.scenario import Scenario
 from topologies.registry import TOPOLOGIES
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
-    """The scenario's network graph, from the topology registry."""
-    topo = scenario.cluster.topology
-    return TOPOLOGIES[topo.kind](scenario.num_gpus, topo.link_bandwidth_Bps, topo.link_latency_s)
+    """The scenario's network graph: the registry's builder, given the keys its kind takes
+    (sim.scenario.TOPOLOGY_KEYS) and the cluster's sizes."""
+    c, t = scenario.cluster, scenario.cluster.topology
+    link = {"bandwidth_Bps": t.link_bandwidth_Bps, "latency_s": t.link_latency_s}
+    node = {"gpus_per_node": c.gpus_per_node, "nvlink_bandwidth_Bps": t.nvlink_bandwidth_Bps,
+            "nic_bandwidth_Bps": t.nic_bandwidth_Bps, "latency_s": t.link_latency_s}
+    if t.kind in ("switch", "ring"):
+        args = {"num_gpus": c.num_gpus, **link}
+    elif t.kind in ("torus", "mesh"):
+        args = {"axes": tuple(t.axes), **link, **({"wrap": t.wrap} if t.kind == "torus" else {})}
+    elif t.kind == "dgx":
+        args = node
+    else:  # fattree
+        args = {"nodes": c.nodes, **node, "leaf_radix": t.leaf_radix, "oversubscription": t.oversubscription,
+                "tiers": t.tiers}
+    return TOPOLOGIES[t.kind](**args)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ format's reference; scenarios/quickstart.yaml is an example of every section.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Callable
@@ -26,6 +27,7 @@ from schedules.pipeline import SCHEDULES
 from sim import units
 from sim.hardware import GPUS, GpuSpec
 from sim.presets import MODELS, ModelSpec
+from topologies import fattree
 from topologies.registry import TOPOLOGIES
 
 TOPOLOGY_KINDS = tuple(TOPOLOGIES)
@@ -36,12 +38,18 @@ OPTIMIZERS = ("adam", "sgd")
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 
 
+def _escape_controls(text: str) -> str:
+    """Control characters (line breaks, tabs, ...) as Python escapes, so the text stays on one line."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
 class ScenarioError(Exception):
     """Bad scenario input. str(err) is one line: `{file}: {path}: {reason}`."""
 
     def __init__(self, file: str | Path, path: str, reason: str):
-        self.file, self.path = str(file), path
-        self.reason = " ".join(str(reason).split())  # one line, always
+        # one line, always: a key or file name may itself hold a line break
+        self.file, self.path = _escape_controls(str(file)), _escape_controls(path)
+        self.reason = " ".join(str(reason).split())
         super().__init__(f"{self.file}: {self.path}: {self.reason}")
 
 
@@ -65,12 +73,16 @@ def _one_of(valid: tuple[str, ...] | dict, what: str) -> Any:
 
 
 def _unit(
-    parse: Callable[[object], float], pattern: str, example: str, si: str, zero_ok: bool
+    parse: Callable[[object], float], pattern: str, example: str, si: str, zero_ok: bool,
+    optional: bool = False,
 ) -> Any:
     """A float field written as a unit string (or a plain SI number), parsed at validation.
-    It must be > 0 (>= 0 if zero_ok); the check is here so the message quotes what was written."""
+    It must be > 0 (>= 0 if zero_ok); the check is here so the message quotes what was written.
+    `optional` also accepts null (None)."""
 
-    def parse_checked(value: object) -> float:
+    def parse_checked(value: object) -> float | None:
+        if optional and value is None:
+            return None
         number = parse(value)
         if number < 0 or (number == 0 and not zero_ok):
             raise ValueError(f"must be {'>=' if zero_ok else '>'} 0, got {show_value(value)}")
@@ -83,13 +95,16 @@ def _unit(
         ],
         "description": f"e.g. '{example}', or a plain number in {si}; {'>=' if zero_ok else '>'} 0",
     }
-    return Annotated[float, BeforeValidator(parse_checked), WithJsonSchema(schema)]
+    if optional:
+        schema["anyOf"].append({"type": "null"})
+    return Annotated[float | None if optional else float, BeforeValidator(parse_checked), WithJsonSchema(schema)]
 
 
 Bytes = _unit(units.parse_bytes, units.BYTES_PATTERN, "80GiB", "bytes", False)
 Bandwidth = _unit(units.parse_bandwidth, units.BANDWIDTH_PATTERN, "300GB/s", "bytes/s", False)
 Seconds = _unit(units.parse_seconds, units.TIME_PATTERN, "1.5us", "seconds", zero_ok=True)
 Flops = _unit(units.parse_flops, units.FLOPS_PATTERN, "312TFLOPS", "FLOP/s", False)
+OptionalBandwidth = _unit(units.parse_bandwidth, units.BANDWIDTH_PATTERN, "300GB/s", "bytes/s", False, True)
 TopologyKind = _one_of(TOPOLOGY_KINDS, "topology kind")
 GpuName = _one_of(GPUS, "gpu")
 Dtype = _one_of(DTYPE_BYTES, "dtype")
@@ -116,11 +131,72 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+# The YAML keys each topology kind takes besides `kind`; every one must end up set (TOPOLOGY_DEFAULTS
+# fills some), and a key of another kind is an error. sim.run.build_topology maps them to builders.
+TOPOLOGY_KEYS = {
+    "switch": ("link_bandwidth", "link_latency"),
+    "ring": ("link_bandwidth", "link_latency"),
+    "torus": ("axes", "wrap", "link_bandwidth", "link_latency"),
+    "mesh": ("axes", "link_bandwidth", "link_latency"),
+    "dgx": ("nvlink_bandwidth", "nic_bandwidth", "link_latency"),
+    "fattree": ("nvlink_bandwidth", "nic_bandwidth", "leaf_radix", "oversubscription", "tiers", "link_latency"),
+}
+_DGX_DEFAULTS = {"nvlink_bandwidth": fattree.NVLINK4_BANDWIDTH_Bps, "nic_bandwidth": fattree.CX7_BANDWIDTH_Bps}
+TOPOLOGY_DEFAULTS = {  # filled in before validation, so the resolved scenario shows what was used
+    "torus": {"wrap": True},
+    "dgx": _DGX_DEFAULTS,
+    "fattree": {**_DGX_DEFAULTS, "leaf_radix": fattree.LEAF_RADIX, "oversubscription": 1.0, "tiers": 2},
+}
+
+
 class TopologySection(_Section):
+    """The fabric (topologies/). Which keys a kind takes: TOPOLOGY_KEYS. GPU count: switch and ring
+    take cluster.nodes x cluster.gpus_per_node; torus and mesh need the product of `axes` to equal
+    it; dgx is one node; fattree joins cluster.nodes nodes of cluster.gpus_per_node GPUs."""
+
     kind: TopologyKind = "switch"
-    link_bandwidth_Bps: Bandwidth = Field(
-        alias="link_bandwidth", description="per direction, GPU <-> switch, e.g. '300GB/s'; > 0")
-    link_latency_s: Seconds = Field(alias="link_latency")
+    link_bandwidth_Bps: OptionalBandwidth = Field(
+        None, alias="link_bandwidth", description="switch, ring, torus, mesh: every link, per direction")
+    link_latency_s: Seconds = Field(alias="link_latency", description="every kind: per link, e.g. '1us'")
+    axes: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, min_length=1, max_length=3, description="torus, mesh: GPUs per axis, e.g. [4, 4, 4]; axis 0 routes first")
+    wrap: bool | None = Field(None, description="torus: wraparound links (default true)")
+    nvlink_bandwidth_Bps: OptionalBandwidth = Field(
+        None, alias="nvlink_bandwidth", description="dgx, fattree: GPU <-> NVSwitch per direction (default 450GB/s)")
+    nic_bandwidth_Bps: OptionalBandwidth = Field(
+        None, alias="nic_bandwidth", description="dgx, fattree: GPU <-> NIC <-> leaf per direction (default 50GB/s)")
+    leaf_radix: int | None = Field(None, gt=0, description="fattree: NIC ports per leaf switch (default 32)")
+    oversubscription: float | None = Field(
+        None, gt=0, description="fattree: leaf downlink / uplink capacity (default 1: full bisection)")
+    tiers: int | None = Field(None, ge=2, le=3, description="fattree: 2 (leaf, spine) or 3 (+ core) (default 2)")
+
+    @field_validator("axes", mode="before")
+    @classmethod
+    def _axes_is_a_short_list(cls, value: Any) -> Any:
+        if value is not None and (not isinstance(value, list) or not 1 <= len(value) <= 3):
+            got = f"{len(value)} axes" if isinstance(value, list) else show_value(value)
+            raise ValueError(f"expected a list of 1 to 3 axis sizes, e.g. [4, 4, 4], got {got}")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("kind", "switch"), str):
+            return {**TOPOLOGY_DEFAULTS.get(data.get("kind", "switch"), {}), **data}
+        return data
+
+    @model_validator(mode="after")
+    def _keys_fit_kind(self) -> TopologySection:
+        takes = TOPOLOGY_KEYS[self.kind]
+        for name, field in type(self).model_fields.items():
+            key, value = field.alias or name, getattr(self, name)
+            if key == "kind":
+                continue
+            if key not in takes and value is not None:
+                raise _FieldError(key, f"not used by topology kind '{self.kind}' (it takes: {', '.join(takes)})")
+            if key in takes and value is None:
+                raise _FieldError(key, f"required for topology kind '{self.kind}'")
+        return self
 
 
 class GpuOverrides(_Section):
@@ -142,6 +218,18 @@ class ClusterSection(_Section):
     @property
     def num_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @model_validator(mode="after")
+    def _topology_fits(self) -> ClusterSection:
+        t = self.topology
+        if t.axes is not None and math.prod(t.axes) != self.num_gpus:
+            raise _FieldError("topology.axes", (
+                f"{' x '.join(map(str, t.axes))} = {math.prod(t.axes)} GPUs != {self.num_gpus} "
+                f"(cluster.nodes {self.nodes} x cluster.gpus_per_node {self.gpus_per_node})"))
+        if t.kind == "dgx" and self.nodes != 1:
+            raise _FieldError("nodes", f"{self.nodes}: topology kind 'dgx' is one node; "
+                              "use kind 'fattree' to join several")
+        return self
 
     @property
     def gpu_spec(self) -> GpuSpec:

@@ -188,8 +188,9 @@ BAD = [
     # (id, YAML text, field path, reason regex)
     ("unknown_top_level_key", variant(("foo", 1)), "foo",
      r"unknown key 'foo' \(allowed: name, cluster, model, training, parallel, schedule, numerics, output\)$"),
-    ("unknown_nested_key", variant(("cluster.topology.bandwidth", "1GB/s")), "cluster.topology.bandwidth",
-     r"unknown key 'bandwidth' \(allowed: kind, link_bandwidth, link_latency\); "
+    ("unknown_nested_key", variant(("cluster.topology.link_bandwith", "1GB/s")), "cluster.topology.link_bandwith",
+     r"unknown key 'link_bandwith' \(allowed: kind, link_bandwidth, link_latency, axes, wrap, nvlink_bandwidth, "
+     r"nic_bandwidth, leaf_radix, oversubscription, tiers\); "
      r"did you mean 'link_bandwidth'\?$"),
     ("unknown_override_key", variant(("cluster.gpu_overrides.tflops", 1)), "cluster.gpu_overrides.tflops",
      r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\); "
@@ -237,8 +238,8 @@ BAD = [
      r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l\)$"),
     ("unknown_schedule", variant(("schedule", "zb-v")), "schedule",
      r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b\)$"),
-    ("unknown_topology_kind", variant(("cluster.topology.kind", "torus")), "cluster.topology.kind",
-     r"unknown topology kind 'torus' \(valid: switch\)$"),
+    ("unknown_topology_kind", variant(("cluster.topology.kind", "hypercube")), "cluster.topology.kind",
+     r"unknown topology kind 'hypercube' \(valid: switch, ring, torus, mesh, dgx, fattree\)$"),
     ("unknown_dtype", variant(("training.dtype", "fp8")), "training.dtype",
      r"unknown dtype 'fp8' \(valid: bf16, fp16, fp32\)$"),
     ("missing_required_field", variant(("training.global_batch", DELETE)), "training.global_batch",

@@ -1,0 +1,13 @@
+"""Collectives as algorithms over network flows that also move and reduce real numpy buffers.
+
+Reading order: steps.py (what a step is, how real sizes map to small buffers), ops.py (what each
+collective means), ring.py / tree.py / halving_doubling.py / direct.py / hierarchical.py /
+torus.py (the algorithms, each with its alpha-beta cost), registry.py (ALGORITHMS and the `auto`
+rule), run.py (driving steps on a Network), nccl_table.py (nccl-tests-style results).
+"""
+
+from sim.collectives.registry import ALGORITHMS, auto_algorithm
+from sim.collectives.run import resolve, run_collective, time_collective
+from sim.collectives.steps import CollectiveError
+
+__all__ = ["ALGORITHMS", "CollectiveError", "auto_algorithm", "resolve", "run_collective", "time_collective"]

@@ -1,0 +1,99 @@
+"""Run a collective on a Network: each step's messages as one transfer_many, then its data op.
+
+    proc = env.process(run_collective(network, "all_reduce", "ring", [0, 1, 2, 3], buffers, 2**30))
+    env.run(until=proc); outputs = proc.value           # one array (or None) per rank
+
+    seconds, outputs = time_collective(graph, "all_reduce", "auto", range(8), 2**30, buffers)
+
+A step starts when the previous one has completely landed (lockstep), so a collective takes the
+sum over its steps of the slowest message of each step, as the network's max-min sharing and
+path latencies make it. Times come from `nbytes` (the real size); the data from `buffers` (any
+small size; None to only time it). See steps.py for how the two scales map.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Generator, Iterable
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from sim.collectives.fabric import describe, node_groups, torus_dims
+from sim.collectives.ops import REDUCE_OPS, ROOTED, prepare, results
+from sim.collectives.registry import algorithm
+from sim.collectives.steps import CollectiveError
+from sim.network import Network
+
+
+def _check_group(group: Iterable[int], num_gpus: int | None) -> list[int]:
+    group = [int(g) for g in group]
+    if not group:
+        raise CollectiveError("empty group")
+    if len(set(group)) != len(group):
+        raise CollectiveError(f"group {group} names a GPU twice")
+    bad = [g for g in group if g < 0 or (num_gpus is not None and g >= num_gpus)]
+    if bad:
+        raise CollectiveError(f"group GPUs {bad} are not GPU indices 0..{(num_gpus or 0) - 1}")
+    return group
+
+
+def resolve(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int], nbytes) -> str:
+    """The algorithm name `algo` stands for on this graph ("auto" resolved; a miss raises)."""
+    fabric = describe(graph)
+    group = _check_group(group, fabric.num_gpus)
+    return algorithm(op, algo, fabric, group, _size(nbytes, len(group)))[0]
+
+
+def _size(nbytes, n: int) -> float:
+    """nccl-tests' size: the number itself, or for an all_to_all bytes matrix its mean row sum."""
+    return float(np.sum(nbytes) / n) if np.ndim(nbytes) else float(nbytes)
+
+
+def run_collective(network: Network, op: str, algo: str, group: Iterable[int], buffers: list | None,
+                   nbytes, reduce_op: str = "sum", *, root: int = 0, counts=None,
+                   label: str | None = None, graph: nx.DiGraph | None = None) -> Generator:
+    """A SimPy process body running `op` with `algo` over the GPUs `group` (rank r = group[r]).
+
+    `nbytes`: the real size (nccl-tests' meaning; for all_to_all also an (n, n) bytes matrix).
+    `buffers`: one array per rank (see ops.py for each op's inputs), or None to only time it.
+    `counts`: all_to_all's (n, n) element counts for uneven pieces. The process returns each
+    rank's output (None when buffers is None). Bad names or groups raise CollectiveError here,
+    before anything is scheduled. `graph` (default: network.graph, if the network keeps one) is
+    the topology that `auto`, hierarchical and torus read; without one the fabric counts as flat.
+    """
+    fabric = describe(graph if graph is not None else getattr(network, "graph", None))
+    group = _check_group(group, fabric.num_gpus)
+    if reduce_op not in REDUCE_OPS:
+        raise CollectiveError(f"unknown reduction {reduce_op!r} (valid: {', '.join(REDUCE_OPS)})")
+    n = len(group)
+    name, steps_of = algorithm(op, algo, fabric, group, _size(nbytes, n))
+    plan, work = prepare(op, n, nbytes, buffers, root if op in ROOTED else 0, counts,
+                         nodes=node_groups(fabric, group), dims=torus_dims(fabric, group))
+    steps = steps_of(plan)
+    first = next(steps, None)  # runs the algorithm's own checks now, outside the event loop
+    return _drive(network, np.array(group), itertools.chain([first] if first is not None else [], steps), work,
+                  REDUCE_OPS[reduce_op], label or f"{op}:{name}", op, plan, buffers)
+
+
+def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Generator:
+    for step in steps:
+        if len(step.src):
+            yield network.transfer_many(gpu[step.src], gpu[step.dst], step.nbytes, label)
+        if work is not None:
+            step.apply(work, ufunc)
+    return None if work is None else results(op, plan, work, buffers)
+
+
+def time_collective(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int] | None, nbytes,
+                    buffers: list | None = None, reduce_op: str = "sum", **options) -> tuple[float, list | None]:
+    """(simulated seconds, outputs) of one collective alone on a fresh network over `graph`.
+    `group` None means every GPU; `options` are run_collective's keywords (root, counts)."""
+    env = simpy.Environment()
+    network = Network(env, graph)
+    group = range(describe(graph).num_gpus) if group is None else group
+    process = env.process(run_collective(network, op, algo, group, buffers, nbytes, reduce_op, graph=graph,
+                                         **options))
+    env.run(until=process)
+    return env.now, process.value

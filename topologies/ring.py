@@ -1,0 +1,19 @@
+"""A bidirectional ring of GPUs linked directly: GPU i <-> GPU (i + 1) mod N.
+
+It is the one-axis torus, so it routes the same way: the shorter direction round the ring, a tie
+(distance exactly N/2) going + (increasing index). N = 2 is one duplex link, N = 1 no link.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from topologies.schema import TOPOLOGY
+from topologies.torus import torus
+
+
+def ring(num_gpus: int, bandwidth_Bps: float, latency_s: float) -> nx.DiGraph:
+    """GPUs ("gpu", 0..N-1) on a ring; every link `bandwidth_Bps` each way and `latency_s`."""
+    graph = torus((num_gpus,), bandwidth_Bps, latency_s, wrap=True)
+    graph.graph[TOPOLOGY] = "ring"
+    return graph
