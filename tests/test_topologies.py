@@ -178,6 +178,7 @@ def test_dgx_presets_are_h100_nvlink4_and_connectx7():
     assert bandwidths[("gpu", "nvswitch")] == NVLINK4_BANDWIDTH_Bps == 450e9  # 900 GB/s both ways
     assert bandwidths[("gpu", "nic")] == CX7_BANDWIDTH_Bps == 50e9  # 400 Gb/s
     assert len(gpu_nodes(graph)) == 8
+    assert (graph.graph["nodes"], graph.graph["gpus_per_node"]) == (1, 8)
 
 
 @pytest.mark.parametrize("build,match", [
@@ -326,12 +327,12 @@ def test_ecmp_spreads_cross_pod_flows_over_cores():
     assert np.abs(per_spine / per_spine.mean() - 1).max() < 0.10, per_spine
 
 
-def test_flow_hash_is_fixed():
-    """The hash is part of the results (which spine a flow takes): pin it."""
+def test_flow_hash_is_splitmix64_of_the_pair():
+    """The hash decides which spine a flow takes, so results depend on it: pin it. Key 0 * 8 + 1 = 1
+    gives splitmix64's well-known first output for seed 1."""
     h = flow_hash(np.array([0, 1, 5]), np.array([1, 0, 7]), 8)
     assert h.dtype == np.uint64
-    assert list(h % np.uint64(16)) == list(flow_hash(np.array([0, 1, 5]), np.array([1, 0, 7]), 8) % np.uint64(16))
-    assert len(set(h.tolist())) == 3
+    assert h.tolist() == [0x910A2DEC89025CC1, 0x9E5651B0EF953636, 0x7BB3C45C597CDB85]
 
 
 # --- specs ----------------------------------------------------------------------------------------
@@ -474,7 +475,8 @@ def test_clustersim_topology_writes_a_png_and_prints_counts(tmp_path, capsys):
 def test_clustersim_topology_bad_spec_is_one_line_exit_2(tmp_path, capsys):
     assert main(["topology", "torus:4x4x", "-o", str(tmp_path / "t.png")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("clustersim: error: (command line): SCENARIO: topology spec 'torus:4x4x'") and err.count("\n") == 1
+    assert err.startswith("clustersim: error: (command line): SCENARIO: topology spec 'torus:4x4x'")
+    assert err.count("\n") == 1
     assert not list(tmp_path.iterdir())
 
 

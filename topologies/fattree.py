@@ -46,7 +46,7 @@ LEAF_RADIX = 32
 HOP_LATENCY_s = 1e-6
 DGX_GPUS = 8
 
-# graph.graph keys the ECMP router reads (besides TOPOLOGY and ROUTING)
+# graph.graph keys the ECMP router reads (besides TOPOLOGY and ROUTING); a dgx node sets the first two
 NODES, GPUS_PER_NODE, TIERS = "nodes", "gpus_per_node", "tiers"
 LEAVES_PER_RAIL, SPINES = "leaves_per_rail", "spines"  # L, and S per group (2 tiers: in total)
 
@@ -96,7 +96,7 @@ def dgx_node(gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: float = NVLINK
     _check_int(gpus_per_node=gpus_per_node)
     _check_positive(gpus_per_node=gpus_per_node, nvlink_bandwidth_Bps=nvlink_bandwidth_Bps,
                     nic_bandwidth_Bps=nic_bandwidth_Bps)
-    graph = nx.DiGraph(**{TOPOLOGY: "dgx", ROUTING: "shortest_path"})
+    graph = nx.DiGraph(**{TOPOLOGY: "dgx", ROUTING: "shortest_path", NODES: 1, GPUS_PER_NODE: gpus_per_node})
     _add_dgx(graph, 0, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
     return graph
 
