@@ -17,7 +17,7 @@ import numpy as np
 import simpy
 
 from sim.network import Network
-from topologies.spec import parse_topology
+from topologies.spec import parse_spec
 
 CASES = ("torus:8x8x8", "fattree:nodes=64,gpus_per_node=8", "torus:8x8x16", "fattree:nodes=128,gpus_per_node=8")
 TARGET_S = {512: 20.0, 1024: 10.0}
@@ -25,7 +25,7 @@ PER_PAIR_BYTES = 2**20
 
 
 def all_to_all(spec: str) -> dict:
-    graph = parse_topology(spec)
+    graph = parse_spec(spec)
     n = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
     src, dst = np.divmod(np.arange(n * n), n)
     off = src != dst

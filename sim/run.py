@@ -39,7 +39,7 @@ def build_topology(scenario: Scenario) -> nx.DiGraph:
         args = node
     else:  # fattree
         args = {"nodes": c.nodes, **node, "leaf_radix": t.leaf_radix, "oversubscription": t.oversubscription,
-                "tiers": t.tiers}
+                "tiers": t.tiers, "load_balance": t.load_balance}
     return TOPOLOGIES[t.kind](**args)
 
 

@@ -139,14 +139,19 @@ TOPOLOGY_KEYS = {
     "torus": ("axes", "wrap", "link_bandwidth", "link_latency"),
     "mesh": ("axes", "link_bandwidth", "link_latency"),
     "dgx": ("nvlink_bandwidth", "nic_bandwidth", "link_latency"),
-    "fattree": ("nvlink_bandwidth", "nic_bandwidth", "leaf_radix", "oversubscription", "tiers", "link_latency"),
+    "fattree": ("nvlink_bandwidth", "nic_bandwidth", "leaf_radix", "oversubscription", "tiers", "load_balance",
+                "link_latency"),
 }
 _DGX_DEFAULTS = {"nvlink_bandwidth": fattree.NVLINK4_BANDWIDTH_Bps, "nic_bandwidth": fattree.CX7_BANDWIDTH_Bps}
 TOPOLOGY_DEFAULTS = {  # filled in before validation, so the resolved scenario shows what was used
     "torus": {"wrap": True},
     "dgx": _DGX_DEFAULTS,
-    "fattree": {**_DGX_DEFAULTS, "leaf_radix": fattree.LEAF_RADIX, "oversubscription": 1.0, "tiers": 2},
+    "fattree": {**_DGX_DEFAULTS, "leaf_radix": fattree.LEAF_RADIX, "oversubscription": 1.0, "tiers": 2,
+                "load_balance": "ecmp"},
 }
+
+
+LoadBalance = _one_of(fattree.LOAD_BALANCE, "load balance")
 
 
 class TopologySection(_Section):
@@ -169,6 +174,8 @@ class TopologySection(_Section):
     oversubscription: float | None = Field(
         None, gt=0, description="fattree: leaf downlink / uplink capacity (default 1: full bisection)")
     tiers: int | None = Field(None, ge=2, le=3, description="fattree: 2 (leaf, spine) or 3 (+ core) (default 2)")
+    load_balance: LoadBalance | None = Field(
+        None, description="fattree: ecmp (per-flow hash onto one spine) or adaptive (ideal spraying) (default ecmp)")
 
     @field_validator("axes", mode="before")
     @classmethod

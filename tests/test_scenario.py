@@ -190,7 +190,7 @@ BAD = [
      r"unknown key 'foo' \(allowed: name, cluster, model, training, parallel, schedule, numerics, output\)$"),
     ("unknown_nested_key", variant(("cluster.topology.link_bandwith", "1GB/s")), "cluster.topology.link_bandwith",
      r"unknown key 'link_bandwith' \(allowed: kind, link_bandwidth, link_latency, axes, wrap, nvlink_bandwidth, "
-     r"nic_bandwidth, leaf_radix, oversubscription, tiers\); "
+     r"nic_bandwidth, leaf_radix, oversubscription, tiers, load_balance\); "
      r"did you mean 'link_bandwidth'\?$"),
     ("unknown_override_key", variant(("cluster.gpu_overrides.tflops", 1)), "cluster.gpu_overrides.tflops",
      r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\); "

@@ -17,6 +17,14 @@ uplink capacity = downlink capacity / oversubscription, full bisection at oversu
                 of every pod links to the G cores ("core", j, c) of plane j, each link as fast as a
                 leaf uplink, so spines are non-blocking and only the leaf is oversubscribed.
 
+Load balance over the spines (`load_balance`):
+    "ecmp"      each flow hashes onto one spine (and core): per-flow ECMP as deployed with static
+                hashing; hash collisions leave some uplinks hotter than others.
+    "adaptive"  ideal per-packet spraying / adaptive routing (InfiniBand AR, Spectrum-X): every
+                flow spreads evenly over all S spines, which is the same as one logical spine per
+                group whose link from each leaf carries the S uplinks' total capacity. Built that
+                way, so a flow stays one flow.
+
 Paths (routing = "ecmp", topologies.routing.EcmpRouter): same node: GPU -> NVSwitch -> GPU.
 Otherwise GPU -> NIC -> leaf -> [same leaf: straight down] else spine j [-> core (j, c) -> spine j
 of the destination pod] -> destination leaf -> NIC -> GPU; j and c come from a hash of (src, dst).
@@ -45,6 +53,7 @@ CX7_BANDWIDTH_Bps = 400e9 / 8
 LEAF_RADIX = 32
 HOP_LATENCY_s = 1e-6
 DGX_GPUS = 8
+LOAD_BALANCE = ("ecmp", "adaptive")
 
 # graph.graph keys the ECMP router reads (besides TOPOLOGY and ROUTING); a dgx node sets the first two
 NODES, GPUS_PER_NODE, TIERS = "nodes", "gpus_per_node", "tiers"
@@ -103,7 +112,8 @@ def dgx_node(gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: float = NVLINK
 
 def fat_tree(nodes: int, gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: float = NVLINK4_BANDWIDTH_Bps,
              nic_bandwidth_Bps: float = CX7_BANDWIDTH_Bps, leaf_radix: int = LEAF_RADIX,
-             oversubscription: float = 1.0, tiers: int = 2, latency_s: float = HOP_LATENCY_s) -> nx.DiGraph:
+             oversubscription: float = 1.0, tiers: int = 2, latency_s: float = HOP_LATENCY_s,
+             load_balance: str = "ecmp") -> nx.DiGraph:
     """`nodes` DGX-style nodes on a rail-optimised fat tree (see the module docstring)."""
     _check_int(nodes=nodes, gpus_per_node=gpus_per_node, leaf_radix=leaf_radix)
     _check_positive(nodes=nodes, gpus_per_node=gpus_per_node, leaf_radix=leaf_radix,
@@ -111,14 +121,19 @@ def fat_tree(nodes: int, gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: fl
                     nic_bandwidth_Bps=nic_bandwidth_Bps)
     if tiers not in (2, 3):
         raise ValueError(f"tiers must be 2 or 3, got {tiers}")
+    if load_balance not in LOAD_BALANCE:
+        raise ValueError(f"load_balance must be one of {', '.join(LOAD_BALANCE)}, got {load_balance!r}")
     rails = gpus_per_node
     downlinks = min(leaf_radix, nodes)                   # D
     leaves_per_rail = math.ceil(nodes / leaf_radix)      # L (= pods when tiers = 3)
     spines = math.ceil(downlinks / oversubscription)     # S
     uplink_Bps = downlinks * nic_bandwidth_Bps / (oversubscription * spines)
+    if load_balance == "adaptive":  # the S spines as one, its links carrying the S uplinks' capacity
+        uplink_Bps, spines = uplink_Bps * spines, 1
     graph = nx.DiGraph(**{TOPOLOGY: "fattree", ROUTING: "ecmp", NODES: nodes, GPUS_PER_NODE: gpus_per_node,
                           TIERS: tiers, LEAVES_PER_RAIL: leaves_per_rail, SPINES: spines,
-                          "leaf_radix": leaf_radix, "oversubscription": oversubscription})
+                          "leaf_radix": leaf_radix, "oversubscription": oversubscription,
+                          "load_balance": load_balance})
     for n in range(nodes):
         _add_dgx(graph, n, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
     for group in range(leaves_per_rail):

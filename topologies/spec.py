@@ -83,7 +83,8 @@ def _size(spec: str, kind: str, text: str, shape: str):
     return int(text)
 
 
-def _number(spec: str, key: str, text: str) -> int | float:
+def _number(spec: str, key: str, text: str) -> int | float | str:
+    """A plain SI number, or a word for options that take one (e.g. load_balance=adaptive)."""
     try:
         return int(text)
     except ValueError:
@@ -91,6 +92,8 @@ def _number(spec: str, key: str, text: str) -> int | float:
     try:
         return float(text)
     except ValueError:
+        if text.isidentifier():
+            return text  # the builder checks the words it accepts
         raise ValueError(f"topology spec {spec!r}: {key}={text!r} is not a number (plain SI, e.g. 5e10)") from None
 
 
