@@ -57,7 +57,7 @@ def parse_spec(spec: str, bandwidth_Bps: float | None = None, latency_s: float |
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"topology spec {spec!r}: expected key=value, got {item!r}")
-        args[key.strip()] = _number(spec, key.strip(), value.strip())
+        args[key.strip()] = value.strip()
     if kind in _LINK_KINDS:
         args.setdefault("bandwidth_Bps", DEFAULT_BANDWIDTH_Bps if bandwidth_Bps is None else bandwidth_Bps)
         args.setdefault("latency_s", DEFAULT_LATENCY_s if latency_s is None else latency_s)
@@ -65,6 +65,10 @@ def parse_spec(spec: str, bandwidth_Bps: float | None = None, latency_s: float |
     if builder is not fat_tree:
         args.pop("nodes", None)  # dgx:1, the lone node
     _check_keys(spec, kind, builder, args)
+    params = inspect.signature(builder).parameters
+    for key, value in args.items():
+        if isinstance(value, str) and not isinstance(params[key].default, str):
+            args[key] = _number(spec, key, value)
     try:
         graph = builder(**args)
         check_schema(graph)  # e.g. a zero bandwidth given to a builder that does not check it
@@ -83,8 +87,8 @@ def _size(spec: str, kind: str, text: str, shape: str):
     return int(text)
 
 
-def _number(spec: str, key: str, text: str) -> int | float | str:
-    """A plain SI number, or a word for options that take one (e.g. load_balance=adaptive)."""
+def _number(spec: str, key: str, text: str) -> int | float:
+    """A plain SI number (options whose default is a word, e.g. load_balance=adaptive, stay words)."""
     try:
         return int(text)
     except ValueError:
@@ -92,8 +96,6 @@ def _number(spec: str, key: str, text: str) -> int | float | str:
     try:
         return float(text)
     except ValueError:
-        if text.isidentifier():
-            return text  # the builder checks the words it accepts
         raise ValueError(f"topology spec {spec!r}: {key}={text!r} is not a number (plain SI, e.g. 5e10)") from None
 
 
