@@ -48,26 +48,31 @@ def link_csr(flow_ptr: np.ndarray, flow_links: np.ndarray, num_links: int) -> tu
 
 def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray,
                   capacity_Bps: np.ndarray) -> np.ndarray:
-    """Rates (bytes/s) of flows 0..F-1 given both CSR views of the incidence and link capacities."""
-    num_flows, num_links = len(flow_ptr) - 1, len(capacity_Bps)
-    rates = np.zeros(num_flows)
-    frozen = np.zeros(num_flows, dtype=bool)
+    """Rates (bytes/s) of flows 0..F-1 given both CSR views of the incidence and link capacities.
+
+    Only links that still carry unfrozen flows are scanned each round (`live`), so rounds late in
+    a fill with many distinct levels (ECMP collisions make hundreds) stay cheap.
+    """
+    rates = np.zeros(len(flow_ptr) - 1)
+    frozen = np.zeros(len(flow_ptr) - 1, dtype=bool)
     unfrozen_on = row_lengths(link_ptr).astype(float)  # unfrozen flows per link
     residual = capacity_Bps.astype(float)
-    share = np.empty(num_links)
-    while True:
-        used = unfrozen_on > 0
-        if not used.any():
-            return rates
-        share.fill(np.inf)
-        np.divide(residual, unfrozen_on, out=share, where=used)
+    live = np.flatnonzero(unfrozen_on)
+    while len(live):
+        share = residual[live] / unfrozen_on[live]
         best = share.min()
-        bottleneck = np.flatnonzero(share <= best * (1 + TIE))
-        candidates = link_flows[concat_ranges(link_ptr[bottleneck], link_ptr[bottleneck + 1])]
-        newly = np.unique(candidates[~frozen[candidates]])
+        bottleneck = live[share <= best * (1 + TIE)]
+        if len(bottleneck) == 1:  # the usual case: one link's flows, already distinct
+            candidates = link_flows[link_ptr[bottleneck[0]]:link_ptr[bottleneck[0] + 1]]
+            newly = candidates[~frozen[candidates]]
+        else:
+            candidates = link_flows[concat_ranges(link_ptr[bottleneck], link_ptr[bottleneck + 1])]
+            newly = np.unique(candidates[~frozen[candidates]])
         rates[newly] = best
         frozen[newly] = True
-        taken = np.bincount(flow_links[concat_ranges(flow_ptr[newly], flow_ptr[newly + 1])], minlength=num_links)
-        unfrozen_on -= taken
-        residual -= taken * best
-        np.maximum(residual, 0.0, out=residual)
+        pairs = flow_links[concat_ranges(flow_ptr[newly], flow_ptr[newly + 1])]
+        touched, taken = np.unique(pairs, return_counts=True)
+        unfrozen_on[touched] -= taken
+        residual[touched] = np.maximum(residual[touched] - taken * best, 0.0)
+        live = live[unfrozen_on[live] > 0]
+    return rates
