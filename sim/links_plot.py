@@ -1,4 +1,5 @@
-"""links.png: utilisation over time of the hottest links, from the network's load timeline."""
+"""links.png: utilisation over time of the hottest links (from the network's load timeline), and
+the topology with every link coloured by its utilisation over the step."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from sim.records import LinkStats  # noqa: E402
+from sim.topology_plot import draw_topology_on  # noqa: E402
 
 TOP_LINKS = 16
 TIME_BINS = 200
@@ -45,12 +47,16 @@ def hottest_links(stats: LinkStats, count: int = TOP_LINKS) -> np.ndarray:
     return order[:count][stats.utilisation[order[:count]] > 0]
 
 
-def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str) -> None:
-    """Heatmap (hottest links x time) of utilisation; deterministic PNG bytes."""
+def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, graph=None) -> None:
+    """Heatmap (hottest links x time) of utilisation above the topology coloured by load (when
+    `graph` is given); deterministic PNG bytes."""
     links = hottest_links(stats)
-    fig = Figure(figsize=(12, 1.5 + 0.3 * max(len(links), 1)), dpi=110)
+    heat_h = 1.5 + 0.3 * max(len(links), 1)
+    topo_h = 7.0 if graph is not None else 0.0
+    fig = Figure(figsize=(12, heat_h + topo_h), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    grid = fig.add_gridspec(2 if graph is not None else 1, 1, height_ratios=[heat_h, topo_h] if topo_h else [1])
+    ax = fig.add_subplot(grid[0])
     if len(links) and step_s > 0:
         matrix = utilisation_matrix(stats, links, step_s)
         unit, scale = (("ms", 1e3) if step_s < 1 else ("s", 1.0)) if step_s >= 1e-3 else ("us", 1e6)
@@ -63,5 +69,8 @@ def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str) ->
     else:
         ax.text(0.5, 0.5, "no traffic on any link", ha="center", va="center", transform=ax.transAxes)
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
+    if graph is not None:
+        load = {link: float(u) for link, u in enumerate(stats.utilisation)}
+        draw_topology_on(fig, fig.add_subplot(grid[1]), graph, "topology, links coloured by utilisation over the step",
+                         load)
     fig.savefig(path, metadata={"Software": None})

@@ -24,7 +24,7 @@ import simpy
 from sim.maxmin import link_csr, max_min_rates, row_lengths
 from sim.records import FlowSpan, LinkStats
 from topologies.routing import Router, make_router
-from topologies.schema import BANDWIDTH, LATENCY
+from topologies.schema import BANDWIDTH, LATENCY, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
 
@@ -46,7 +46,7 @@ class Network:
         self.graph = graph
         edges = list(graph.edges(data=True))
         self.num_links = len(edges)
-        self.link_names = tuple(f"{u}->{v}" for u, v, _ in edges)
+        self.link_names = tuple(f"{node_label(u)}->{node_label(v)}" for u, v, _ in edges)
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self.router = router or make_router(graph)

@@ -33,7 +33,7 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
         plot_gantt(result.log, tmp / "gantt.png", title)
         write_trace(result.log, tmp / "trace.json")
         plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
-                   f"{sc.name}: utilisation of the hottest links")
+                   f"{sc.name}: utilisation of the hottest links", result.graph)
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)

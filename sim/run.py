@@ -49,6 +49,7 @@ class RunResult:
 
     scenario: Scenario
     program: Program
+    graph: nx.DiGraph
     log: EventLog
     summary: dict
 
@@ -108,10 +109,11 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | None:
 def simulate(scenario: Scenario) -> RunResult:
     """Build, run and post-process one scenario."""
     program = make_program(scenario)
-    network = Network(simpy.Environment(), build_topology(scenario))
+    graph = build_topology(scenario)
+    network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
     log = run_program(program, network, compute_time_fn(scenario), numerics=numerics)
-    return RunResult(scenario, program, log, summarize(scenario, log, numerics.finish() if numerics else None))
+    return RunResult(scenario, program, graph, log, summarize(scenario, log, numerics.finish() if numerics else None))
 
 
 def summarize(scenario: Scenario, log: EventLog, numerics: dict | None) -> dict:

@@ -126,12 +126,18 @@ def _arc(p, q, samples: int = 17) -> np.ndarray:
 
 def draw_topology(graph, path: str | Path, title: str, link_load: dict | None = None) -> None:
     """Write the graph as a PNG to `path` (see the module docstring for layouts and colours)."""
+    fig = Figure(figsize=(10, 7), dpi=DPI)
+    FigureCanvasAgg(fig)
+    draw_topology_on(fig, fig.add_subplot(), graph, title, link_load)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+
+
+def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None = None) -> None:
+    """Draw the graph into `ax` of `fig` (for figures with other panels, e.g. links.png)."""
     pos = layout(graph)
     links = _duplex_links(graph, link_load)
     num_gpus = sum(1 for _, d in graph.nodes(data=True) if d[KIND] == "gpu")
-    fig = Figure(figsize=(10, 7), dpi=DPI)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
     cmap, norm = colormaps[LOAD_CMAP], Normalize(0.0, 1.0)
     for wraps in (False, True):
         chosen = [link for link in links if link[3] == wraps]
@@ -171,5 +177,3 @@ def draw_topology(graph, path: str | Path, title: str, link_load: dict | None = 
     ax.autoscale_view()
     ax.margins(0.05)
     ax.set_axis_off()
-    fig.tight_layout()
-    fig.savefig(path, format="png", metadata={"Software": None})

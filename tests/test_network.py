@@ -72,7 +72,7 @@ def test_link_statistics():
     net.transfer_many(np.array([0, 1]), np.array([2, 2]), np.array([1e9, 1e9]), "bulk")
     net.env.run()
     stats = net.link_stats(net.env.now)
-    into2 = stats.names.index("('switch', 0)->('gpu', 2)")
+    into2 = stats.names.index("switch0->gpu2")
     assert stats.bytes[into2] == 2e9
     assert stats.peak_flows[into2] == 2
     assert stats.busy_s[into2] == pytest.approx(2e9 / B, rel=1e-12)

@@ -35,6 +35,13 @@ def add_duplex_link(graph: nx.DiGraph, a, b, bandwidth_Bps: float, latency_s: fl
     graph.add_edge(b, a, **{BANDWIDTH: bandwidth_Bps, LATENCY: latency_s})
 
 
+def node_label(node) -> str:
+    """A short name for a node id: ("gpu", 3) -> "gpu3", ("leaf", 2, 0) -> "leaf2.0"."""
+    if isinstance(node, tuple) and node and isinstance(node[0], str):
+        return node[0] + ".".join(str(part) for part in node[1:])
+    return str(node)
+
+
 def gpu_nodes(graph: nx.DiGraph) -> list:
     """GPU node ids ordered by their GPU index."""
     gpus = [(data[GPU_INDEX], node) for node, data in graph.nodes(data=True) if data[KIND] == "gpu"]
