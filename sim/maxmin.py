@@ -47,16 +47,30 @@ def link_csr(flow_ptr: np.ndarray, flow_links: np.ndarray, num_links: int) -> tu
 
 
 def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray,
-                  capacity_Bps: np.ndarray) -> np.ndarray:
+                  capacity_Bps: np.ndarray, keep: np.ndarray | None = None,
+                  kept_rates: np.ndarray | None = None) -> np.ndarray:
     """Rates (bytes/s) of flows 0..F-1 given both CSR views of the incidence and link capacities.
 
-    Only links that still carry unfrozen flows are scanned each round (`live`), so rounds late in
-    a fill with many distinct levels (ECMP collisions make hundreds) stay cheap.
+    `keep` (a mask) and `kept_rates` resume a fill: those flows keep their rates and only the
+    others are filled, on what the kept ones leave of each link. That is exact after flows
+    leave (see `rates_that_survive`). Only links that still carry unfrozen flows are scanned each
+    round, so rounds late in a fill with many distinct levels (ECMP collisions make hundreds)
+    stay cheap.
     """
-    rates = np.zeros(len(flow_ptr) - 1)
-    frozen = np.zeros(len(flow_ptr) - 1, dtype=bool)
-    unfrozen_on = row_lengths(link_ptr).astype(float)  # unfrozen flows per link
-    residual = capacity_Bps.astype(float)
+    num_flows = len(flow_ptr) - 1
+    frozen = np.zeros(num_flows, dtype=bool) if keep is None else keep.copy()
+    rates = np.zeros(num_flows) if keep is None else np.where(keep, kept_rates, 0.0)
+    lengths = row_lengths(flow_ptr)
+    if keep is None or not keep.any():
+        unfrozen_on = row_lengths(link_ptr).astype(float)  # unfrozen flows per link
+        residual = capacity_Bps.astype(float)
+    else:
+        on_kept = np.repeat(keep, lengths)
+        unfrozen_on = row_lengths(link_ptr) - np.bincount(flow_links[on_kept], minlength=len(capacity_Bps))
+        unfrozen_on = unfrozen_on.astype(float)
+        used = np.bincount(flow_links[on_kept], weights=np.repeat(rates, lengths)[on_kept],
+                           minlength=len(capacity_Bps))
+        residual = np.maximum(capacity_Bps - used, 0.0)
     live = np.flatnonzero(unfrozen_on)
     while len(live):
         share = residual[live] / unfrozen_on[live]
@@ -76,3 +90,18 @@ def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.nda
         residual[touched] = np.maximum(residual[touched] - taken * best, 0.0)
         live = live[unfrozen_on[live] > 0]
     return rates
+
+
+def rates_that_survive(rates: np.ndarray, leaving: np.ndarray) -> np.ndarray:
+    """Which flows keep their max-min rate when the flows in `leaving` go: those slower than the
+    slowest leaver.
+
+    Why: progressive filling freezes a flow at the bottleneck links of its level, and a flow
+    crosses no bottleneck below its own rate (it would have frozen there). So every round below
+    r_min = min(rate of leavers) has bottlenecks without leavers; removing the leavers only
+    raises the other links' shares, and those rounds, with their rates, come out the same.
+    Capacity they free goes to flows at r_min and above, which are filled again. The margin
+    below r_min keeps ties at r_min on the filled side.
+    """
+    r_min = rates[leaving].min() if leaving.any() else np.inf
+    return (rates < r_min * (1 - 1e-9)) & ~leaving

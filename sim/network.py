@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from sim.maxmin import link_csr, max_min_rates, row_lengths
+from sim.maxmin import link_csr, max_min_rates, rates_that_survive, row_lengths
 from sim.records import FlowSpan, LinkStats
 from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY, node_label
@@ -141,15 +141,16 @@ class Network:
             self.link_busy_s += elapsed * (row_lengths(self._link_ptr) > 0)
         self._t = self.env.now
 
-    def _reshare(self) -> None:
-        """Max-min rates for all active flows, then one timeout for the next batch of finishes."""
+    def _reshare(self, keep: np.ndarray | None = None) -> None:
+        """Max-min rates for the active flows (those in `keep` keep theirs), then one timeout for
+        the next batch of finishes."""
         self._generation += 1
         if not len(self._remaining):
             self.timeline.append((self.env.now, np.zeros(0, np.int64), np.zeros(0)))  # the fabric is idle
             return
-        self.flows_reshared += len(self._remaining)
+        self.flows_reshared += len(self._remaining) - (int(keep.sum()) if keep is not None else 0)
         self._rate = max_min_rates(self._flow_ptr, self._flow_links, self._link_ptr, self._link_flows,
-                                   self.capacity_Bps)
+                                   self.capacity_Bps, keep, self._rate)
         on_link = row_lengths(self._link_ptr)
         np.maximum(self.link_peak_flows, on_link, out=self.link_peak_flows)
         load = np.bincount(self._flow_links, weights=np.repeat(self._rate, row_lengths(self._flow_ptr)),
@@ -172,6 +173,7 @@ class Network:
         self._record(self._src[done], self._dst[done], self._start[done], landing, self._nbytes[done],
                      self._group[done], *_sub_csr(self._flow_ptr, self._flow_links, done))
         finished_groups = self._group[done]
+        survivors = rates_that_survive(self._rate, done)[keep]
         self._drop(keep)
         for gid in np.unique(finished_groups).tolist():
             group = self._groups[gid]
@@ -180,7 +182,7 @@ class Network:
             group.land_s = max(group.land_s, float(landing[mine].max()))
             if group.pending == 0:
                 self._land(gid)
-        self._reshare()
+        self._reshare(survivors)
 
     def _drop(self, keep: np.ndarray) -> None:
         """Remove finished flows, keeping both CSR views in order (no re-sort)."""

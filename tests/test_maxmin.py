@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.maxmin import concat_ranges, link_csr, max_min_rates
+from sim.maxmin import concat_ranges, link_csr, max_min_rates, rates_that_survive
 
 
 def rates_for(paths: list[list[int]], capacity: list[float]) -> np.ndarray:
@@ -55,3 +55,23 @@ def test_equal_flows_split_a_link_evenly():
 
 def test_concat_ranges():
     assert concat_ranges(np.array([0, 5, 2]), np.array([2, 5, 5])).tolist() == [0, 1, 2, 3, 4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(incidences(), st.data())
+def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
+    paths, capacity = case
+    rates = rates_for(paths, capacity)
+    leaving = np.array(data.draw(st.lists(st.booleans(), min_size=len(paths), max_size=len(paths))))
+    stay = [p for p, gone in zip(paths, leaving) if not gone]
+    if not stay:
+        return
+    fresh = rates_for(stay, capacity)
+    ptr = np.zeros(len(stay) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in stay], out=ptr[1:])
+    links = np.array([l for p in stay for l in p], dtype=np.int64)
+    link_ptr, link_flows = link_csr(ptr, links, len(capacity))
+    keep = rates_that_survive(rates, leaving)[~leaving]
+    resumed = max_min_rates(ptr, links, link_ptr, link_flows, np.array(capacity, dtype=float), keep,
+                            rates[~leaving])
+    np.testing.assert_allclose(resumed, fresh, rtol=1e-9)
