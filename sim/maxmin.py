@@ -47,30 +47,23 @@ def link_csr(flow_ptr: np.ndarray, flow_links: np.ndarray, num_links: int) -> tu
 
 
 def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray,
-                  capacity_Bps: np.ndarray, keep: np.ndarray | None = None,
-                  kept_rates: np.ndarray | None = None) -> np.ndarray:
-    """Rates (bytes/s) of flows 0..F-1 given both CSR views of the incidence and link capacities.
+                  capacity_Bps: np.ndarray) -> np.ndarray:
+    """Rates (bytes/s) of flows 0..F-1 given both CSR views of the incidence and link capacities."""
+    rates = np.zeros(len(flow_ptr) - 1)
+    frozen = np.zeros(len(flow_ptr) - 1, dtype=bool)
+    fill(flow_ptr, flow_links, link_ptr, link_flows, capacity_Bps.astype(float),
+         row_lengths(link_ptr).astype(float), frozen, rates)
+    return rates
 
-    `keep` (a mask) and `kept_rates` resume a fill: those flows keep their rates and only the
-    others are filled, on what the kept ones leave of each link. That is exact after flows
-    leave (see `rates_that_survive`). Only links that still carry unfrozen flows are scanned each
-    round, so rounds late in a fill with many distinct levels (ECMP collisions make hundreds)
-    stay cheap.
+
+def fill(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray,
+         residual: np.ndarray, unfrozen_on: np.ndarray, frozen: np.ndarray, rates: np.ndarray) -> None:
+    """Progressive filling of the flows not `frozen`, in place: `residual` is what frozen flows
+    leave of each link, `unfrozen_on` how many unfrozen flows cross it. Resuming a fill this way
+    after flows leave is exact for the flows `rates_that_survive` picks. Only links that still
+    carry unfrozen flows are scanned each round, so rounds late in a fill with many distinct
+    levels (ECMP collisions make hundreds) stay cheap.
     """
-    num_flows = len(flow_ptr) - 1
-    frozen = np.zeros(num_flows, dtype=bool) if keep is None else keep.copy()
-    rates = np.zeros(num_flows) if keep is None else np.where(keep, kept_rates, 0.0)
-    lengths = row_lengths(flow_ptr)
-    if keep is None or not keep.any():
-        unfrozen_on = row_lengths(link_ptr).astype(float)  # unfrozen flows per link
-        residual = capacity_Bps.astype(float)
-    else:
-        on_kept = np.repeat(keep, lengths)
-        unfrozen_on = row_lengths(link_ptr) - np.bincount(flow_links[on_kept], minlength=len(capacity_Bps))
-        unfrozen_on = unfrozen_on.astype(float)
-        used = np.bincount(flow_links[on_kept], weights=np.repeat(rates, lengths)[on_kept],
-                           minlength=len(capacity_Bps))
-        residual = np.maximum(capacity_Bps - used, 0.0)
     live = np.flatnonzero(unfrozen_on)
     while len(live):
         share = residual[live] / unfrozen_on[live]
@@ -89,7 +82,6 @@ def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.nda
         unfrozen_on[touched] -= taken
         residual[touched] = np.maximum(residual[touched] - taken * best, 0.0)
         live = live[unfrozen_on[live] > 0]
-    return rates
 
 
 def rates_that_survive(rates: np.ndarray, leaving: np.ndarray) -> np.ndarray:

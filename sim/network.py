@@ -1,8 +1,8 @@
 """Flow-level network: every message is a flow on a routed path; links are shared max-min fairly.
 
-State is held as arrays over the active flows (bytes left, rate, path as CSR), so a re-share of a
-million flows is a handful of numpy passes (sim.maxmin). Rates are re-shared whenever flows
-start or finish. A message of M bytes on a path with latencies l_i is delivered at (the time its
+State is held as arrays over the active flows (sim.flows), so a re-share of a million flows is a
+handful of numpy passes (sim.maxmin). Rates are re-shared whenever flows start (a full fill) or
+finish (only the flows at or above the slowest finisher's rate are filled again). A message of M bytes on a path with latencies l_i is delivered at (the time its
 last byte leaves, given the rates it got) + sum(l_i): latency is paid once per message.
 
 Messages are started in groups (`transfer_many`; `transfer` is a group of one); a group's event
@@ -21,7 +21,8 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from sim.maxmin import link_csr, max_min_rates, rates_that_survive, row_lengths
+from sim.flows import ActiveFlows
+from sim.maxmin import concat_ranges, row_lengths
 from sim.records import FlowSpan, LinkStats
 from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY, node_label
@@ -50,19 +51,7 @@ class Network:
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self.router = router or make_router(graph)
-        # active flows, struct of arrays
-        self._remaining = np.zeros(0)  # bytes left as of self._t
-        self._rate = np.zeros(0)
-        self._nbytes = np.zeros(0)
-        self._latency = np.zeros(0)
-        self._start = np.zeros(0)
-        self._src = np.zeros(0, dtype=np.int64)
-        self._dst = np.zeros(0, dtype=np.int64)
-        self._group = np.zeros(0, dtype=np.int64)
-        self._flow_ptr = np.zeros(1, dtype=np.int64)
-        self._flow_links = np.zeros(0, dtype=np.int64)
-        self._link_ptr = np.zeros(self.num_links + 1, dtype=np.int64)
-        self._link_flows = np.zeros(0, dtype=np.int64)
+        self._flows = ActiveFlows(self.capacity_Bps)
         self._batch = np.zeros(0, dtype=bool)  # flows that finish at the next wake
         self._t = 0.0
         self._generation = 0
@@ -73,7 +62,8 @@ class Network:
         self.link_busy_s = np.zeros(self.num_links)
         self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
         self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, load B/s) after each re-share
-        self.flows_reshared = 0  # sum over re-shares of the flows re-shared (a speed measure)
+        self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
+        self.flows_reshared = 0  # sum over re-shares of the flows in flight (a speed measure)
         self._done_records: list[tuple] = []
 
     # -- starting messages -------------------------------------------------------------------
@@ -114,21 +104,15 @@ class Network:
             self._land(gid)
             return group.done
         self._advance()
+        self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], row_lengths(ptr)),
+                                       minlength=self.num_links)
         n = int(moving.sum())
-        lengths = row_lengths(ptr)
-        self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], lengths), minlength=self.num_links)
-        self._remaining = np.concatenate([self._remaining, nbytes[moving]])
-        self._rate = np.concatenate([self._rate, np.zeros(n)])
-        self._nbytes = np.concatenate([self._nbytes, nbytes[moving]])
-        self._latency = np.concatenate([self._latency, latency[moving]])
-        self._start = np.concatenate([self._start, np.full(n, now)])
-        self._src = np.concatenate([self._src, src[moving]])
-        self._dst = np.concatenate([self._dst, dst[moving]])
-        self._group = np.concatenate([self._group, np.full(n, gid)])
-        self._flow_ptr = np.concatenate([self._flow_ptr, self._flow_ptr[-1] + ptr[1:]])
-        self._flow_links = np.concatenate([self._flow_links, links])
-        self._link_ptr, self._link_flows = link_csr(self._flow_ptr, self._flow_links, self.num_links)
-        self._reshare()
+        self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
+                        src=src[moving], dst=dst[moving], group=np.full(n, gid))
+        self._flows.fill_all()
+        self.reshares += 1
+        self.flows_reshared += self._flows.num_alive
+        self._after_fill()
         return group.done
 
     # -- the fluid model -----------------------------------------------------------------------
@@ -136,45 +120,40 @@ class Network:
     def _advance(self) -> None:
         """Drain every active flow at its rate up to now; accumulate link busy time."""
         elapsed = self.env.now - self._t
-        if elapsed > 0 and len(self._remaining):
-            self._remaining -= self._rate * elapsed
-            self.link_busy_s += elapsed * (row_lengths(self._link_ptr) > 0)
+        if elapsed > 0 and self._flows.num_alive:
+            self._flows.advance(elapsed)
+            self.link_busy_s += elapsed * (self._flows.count > 0)
         self._t = self.env.now
 
-    def _reshare(self, keep: np.ndarray | None = None) -> None:
-        """Max-min rates for the active flows (those in `keep` keep theirs), then one timeout for
-        the next batch of finishes."""
+    def _after_fill(self) -> None:
+        """Record the new loads, then schedule one timeout for the next batch of finishes."""
         self._generation += 1
-        if not len(self._remaining):
-            self.timeline.append((self.env.now, np.zeros(0, np.int64), np.zeros(0)))  # the fabric is idle
+        flows = self._flows
+        busy = np.flatnonzero(flows.count)
+        self.timeline.append((self.env.now, busy, flows.load[busy]))
+        if not flows.num_alive:
             return
-        self.flows_reshared += len(self._remaining) - (int(keep.sum()) if keep is not None else 0)
-        self._rate = max_min_rates(self._flow_ptr, self._flow_links, self._link_ptr, self._link_flows,
-                                   self.capacity_Bps, keep, self._rate)
-        on_link = row_lengths(self._link_ptr)
-        np.maximum(self.link_peak_flows, on_link, out=self.link_peak_flows)
-        load = np.bincount(self._flow_links, weights=np.repeat(self._rate, row_lengths(self._flow_ptr)),
-                           minlength=self.num_links)
-        busy = np.flatnonzero(on_link)
-        self.timeline.append((self.env.now, busy, load[busy]))
-        ttf = np.maximum(self._remaining, 0.0) / self._rate
-        first = float(ttf.min())
-        self._batch = ttf <= first * (1 + FINISH_TOGETHER)
+        np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
+        first, self._batch = flows.next_finish(FINISH_TOGETHER)
         generation = self._generation
         self.env.timeout(first).callbacks.append(lambda _: self._wake(generation))
 
     def _wake(self, generation: int) -> None:
         if generation != self._generation:
-            return  # flows started since; that re-share scheduled its own wake
+            return  # flows started since; that re-fill scheduled its own wake
         self._advance()
-        done = self._batch
-        keep = ~done
-        landing = self.env.now + self._latency[done]
-        self._record(self._src[done], self._dst[done], self._start[done], landing, self._nbytes[done],
-                     self._group[done], *_sub_csr(self._flow_ptr, self._flow_links, done))
-        finished_groups = self._group[done]
-        survivors = rates_that_survive(self._rate, done)[keep]
-        self._drop(keep)
+        flows, done = self._flows, self._batch
+        finished = np.flatnonzero(done)
+        landing = self.env.now + flows.latency[finished]
+        links, owner = flows.pairs_of(finished)
+        ptr = np.zeros(len(finished) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
+        finished_groups = flows.group[finished]
+        self._record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
+                     flows.nbytes[finished], finished_groups, ptr, links)
+        self.reshares += 1
+        self.flows_reshared += flows.num_alive
+        flows.finish(done)
         for gid in np.unique(finished_groups).tolist():
             group = self._groups[gid]
             mine = finished_groups == gid
@@ -182,19 +161,7 @@ class Network:
             group.land_s = max(group.land_s, float(landing[mine].max()))
             if group.pending == 0:
                 self._land(gid)
-        self._reshare(survivors)
-
-    def _drop(self, keep: np.ndarray) -> None:
-        """Remove finished flows, keeping both CSR views in order (no re-sort)."""
-        new_id = np.cumsum(keep) - 1
-        self._flow_ptr, self._flow_links = _sub_csr(self._flow_ptr, self._flow_links, keep)
-        link_of = np.repeat(np.arange(self.num_links), row_lengths(self._link_ptr))
-        alive = keep[self._link_flows]
-        self._link_flows = new_id[self._link_flows[alive]]
-        self._link_ptr = np.zeros(self.num_links + 1, dtype=np.int64)
-        np.cumsum(np.bincount(link_of[alive], minlength=self.num_links), out=self._link_ptr[1:])
-        for name in ("_remaining", "_rate", "_nbytes", "_latency", "_start", "_src", "_dst", "_group"):
-            setattr(self, name, getattr(self, name)[keep])
+        self._after_fill()
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)
@@ -223,8 +190,7 @@ class Network:
 
 def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows of a CSR selected by a boolean mask, as a new CSR."""
-    lengths = row_lengths(ptr)[rows]
-    new_ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_ptr[1:])
-    pair_rows = np.repeat(rows, row_lengths(ptr))
-    return new_ptr, values[pair_rows]
+    picked = np.flatnonzero(rows)
+    new_ptr = np.zeros(len(picked) + 1, dtype=np.int64)
+    np.cumsum(row_lengths(ptr)[picked], out=new_ptr[1:])
+    return new_ptr, values[concat_ranges(ptr[picked], ptr[picked + 1])]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.maxmin import concat_ranges, link_csr, max_min_rates, rates_that_survive
+from sim.maxmin import concat_ranges, fill, link_csr, max_min_rates, rates_that_survive
 
 
 def rates_for(paths: list[list[int]], capacity: list[float]) -> np.ndarray:
@@ -72,6 +72,10 @@ def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
     links = np.array([l for p in stay for l in p], dtype=np.int64)
     link_ptr, link_flows = link_csr(ptr, links, len(capacity))
     keep = rates_that_survive(rates, leaving)[~leaving]
-    resumed = max_min_rates(ptr, links, link_ptr, link_flows, np.array(capacity, dtype=float), keep,
-                            rates[~leaving])
+    resumed = np.where(keep, rates[~leaving], 0.0)
+    on_kept = np.repeat(keep, np.diff(ptr))
+    residual = np.maximum(np.array(capacity) - np.bincount(links[on_kept], weights=np.repeat(resumed, np.diff(ptr))[on_kept],
+                                                           minlength=len(capacity)), 0.0)
+    unfrozen_on = np.bincount(links[~on_kept], minlength=len(capacity)).astype(float)
+    fill(ptr, links, link_ptr, link_flows, residual, unfrozen_on, keep.copy(), resumed)
     np.testing.assert_allclose(resumed, fresh, rtol=1e-9)

@@ -1,0 +1,114 @@
+"""The flows in flight, as arrays: bytes left, rates, paths (both CSR views), per-link load.
+
+Finished flows are only marked dead (rate 0, frozen forever) and swept out when they outnumber
+the living, so a batch of finishes costs work in proportion to the flows it touches, not to all
+flows in flight. Per-link flow counts and loads (sum of rates) are kept up to date the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
+
+PER_FLOW = ("remaining", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
+
+
+class ActiveFlows:
+    """Struct of arrays over flows; `alive` marks the ones still moving."""
+
+    def __init__(self, capacity_Bps: np.ndarray):
+        self.capacity_Bps = capacity_Bps
+        num_links = len(capacity_Bps)
+        self.remaining = np.zeros(0)  # bytes left, as of the last advance
+        self.rate = np.zeros(0)
+        self.nbytes = np.zeros(0)
+        self.latency = np.zeros(0)
+        self.start = np.zeros(0)
+        self.src = np.zeros(0, dtype=np.int64)
+        self.dst = np.zeros(0, dtype=np.int64)
+        self.group = np.zeros(0, dtype=np.int64)
+        self.alive = np.zeros(0, dtype=bool)
+        self.flow_ptr = np.zeros(1, dtype=np.int64)
+        self.flow_links = np.zeros(0, dtype=np.int64)
+        self.link_ptr = np.zeros(num_links + 1, dtype=np.int64)
+        self.link_flows = np.zeros(0, dtype=np.int64)
+        self.count = np.zeros(num_links, dtype=np.int64)  # living flows per link
+        self.load = np.zeros(num_links)  # sum of living flows' rates per link
+        self.num_alive = 0
+
+    def pairs_of(self, flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(link ids, owning flow's position in `flows`) of every (flow, link) pair of `flows`."""
+        starts, ends = self.flow_ptr[flows], self.flow_ptr[flows + 1]
+        return self.flow_links[concat_ranges(starts, ends)], np.repeat(np.arange(len(flows)), ends - starts)
+
+    def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> None:
+        """Append flows (paths as CSR, one value per flow per column of PER_FLOW but alive/rate)."""
+        n = len(ptr) - 1
+        columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"])
+        for name in PER_FLOW:
+            setattr(self, name, np.concatenate([getattr(self, name), columns[name]]))
+        self.flow_ptr = np.concatenate([self.flow_ptr, self.flow_ptr[-1] + ptr[1:]])
+        self.flow_links = np.concatenate([self.flow_links, links])
+        self.link_ptr, self.link_flows = link_csr(self.flow_ptr, self.flow_links, len(self.capacity_Bps))
+        self.count += np.bincount(links, minlength=len(self.count))
+        self.num_alive += n
+
+    def advance(self, elapsed_s: float) -> None:
+        self.remaining -= self.rate * elapsed_s
+
+    def fill_all(self) -> None:
+        """Max-min rates for every living flow from scratch (after flows were added)."""
+        self.rate[:] = 0.0
+        frozen = ~self.alive
+        fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows, self.capacity_Bps.astype(float),
+             self.count.astype(float), frozen, self.rate)
+        self.load = np.bincount(self.flow_links, weights=np.repeat(self.rate, row_lengths(self.flow_ptr)),
+                                minlength=len(self.count))
+
+    def finish(self, leaving: np.ndarray) -> None:
+        """Mark the `leaving` flows dead and re-fill only the flows whose rate may change."""
+        refill = np.flatnonzero(self.alive & ~rates_that_survive(self.rate, leaving) & ~leaving)
+        gone = np.flatnonzero(leaving)
+        gone_links, gone_of = self.pairs_of(gone)
+        refill_links, refill_of = self.pairs_of(refill)
+        num_links = len(self.count)
+        self.load -= np.bincount(gone_links, weights=self.rate[gone][gone_of], minlength=num_links)
+        self.load -= np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
+        self.count -= np.bincount(gone_links, minlength=num_links)
+        self.alive[gone] = False
+        self.rate[gone] = 0.0
+        self.rate[refill] = 0.0
+        self.num_alive -= len(gone)
+        frozen = np.ones(len(self.alive), dtype=bool)
+        frozen[refill] = False
+        fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows,
+             np.maximum(self.capacity_Bps - self.load, 0.0),
+             np.bincount(refill_links, minlength=num_links).astype(float), frozen, self.rate)
+        self.load += np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
+        if len(self.alive) > 64 and self.num_alive < len(self.alive) // 2:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop dead flows from every array, keeping both CSR views in order (no re-sort)."""
+        keep = self.alive
+        new_id = np.cumsum(keep) - 1
+        kept = np.flatnonzero(keep)
+        lengths = row_lengths(self.flow_ptr)[kept]
+        self.flow_links = self.flow_links[concat_ranges(self.flow_ptr[kept], self.flow_ptr[kept + 1])]
+        self.flow_ptr = np.zeros(len(kept) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.flow_ptr[1:])
+        link_of = np.repeat(np.arange(len(self.count)), row_lengths(self.link_ptr))
+        living = keep[self.link_flows]
+        self.link_flows = new_id[self.link_flows[living]]
+        self.link_ptr = np.zeros(len(self.count) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(link_of[living], minlength=len(self.count)), out=self.link_ptr[1:])
+        for name in PER_FLOW:
+            setattr(self, name, getattr(self, name)[keep])
+
+    def next_finish(self, together: float) -> tuple[float, np.ndarray]:
+        """Time to the first finish, and the living flows finishing within `together` (relative) of it."""
+        ttf = np.full(len(self.alive), np.inf)
+        np.divide(np.maximum(self.remaining, 0.0), self.rate, out=ttf, where=self.alive)
+        first = float(ttf.min())
+        return first, ttf <= first * (1 + together)
