@@ -1,14 +1,13 @@
 """Network speed at scale: one all-to-all of 1 MiB per ordered pair, as one bulk of flows.
 
 Cases: 512 GPUs (261,632 flows) on torus:8x8x8 and on a 64-node fat tree; 1,024 GPUs
-(1,047,552 flows) on torus:8x8x16 and on a 128-node fat tree. The fat trees balance load
-adaptively (ideal spraying); `--ecmp` adds them with static per-flow ECMP hashing, whose hash
-collisions give hundreds of distinct rate levels and finish times, so hundreds of re-shares
-(the 128-node ECMP case takes minutes). Prints wall seconds (routing included), re-shares,
-flows re-shared per second (sum over re-shares of the flows active in it, per wall second) and
-the simulated time.
+(1,047,552 flows) on torus:8x8x16 and on a 128-node fat tree. The fat trees run twice: with
+adaptive load balance (ideal spraying: a few re-shares) and with static per-flow ECMP hashing,
+whose collisions give thousands of distinct rates and finish times, so thousands of re-shares.
+Prints wall seconds (routing included), re-shares, flows re-shared per second (sum over
+re-shares of the flows in flight, per wall second) and the simulated time.
 
-    python bench/network.py [--ecmp] [--only SPEC]
+    python bench/network.py [--only SPEC]
 """
 
 from __future__ import annotations
@@ -23,8 +22,9 @@ from sim.network import Network
 from topologies.spec import parse_spec
 
 CASES = ("torus:8x8x8", "fattree:nodes=64,gpus_per_node=8,load_balance=adaptive",
-         "torus:8x8x16", "fattree:nodes=128,gpus_per_node=8,load_balance=adaptive")
-ECMP_CASES = ("fattree:nodes=64,gpus_per_node=8,load_balance=ecmp", "fattree:nodes=128,gpus_per_node=8,load_balance=ecmp")
+         "fattree:nodes=64,gpus_per_node=8,load_balance=ecmp",
+         "torus:8x8x16", "fattree:nodes=128,gpus_per_node=8,load_balance=adaptive",
+         "fattree:nodes=128,gpus_per_node=8,load_balance=ecmp")
 TARGET_S = {512: 20.0, 1024: 10.0}
 PER_PAIR_BYTES = 2**20
 
@@ -46,9 +46,8 @@ def all_to_all(spec: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="run one case (a topology spec)")
-    parser.add_argument("--ecmp", action="store_true", help="also run the fat trees with per-flow ECMP")
     args = parser.parse_args()
-    for spec in [args.only] if args.only else CASES + (ECMP_CASES if args.ecmp else ()):
+    for spec in [args.only] if args.only else CASES:
         r = all_to_all(spec)
         target = f"target < {TARGET_S[r['gpus']]:g} s" if r["gpus"] in TARGET_S else "no target"
         print(f"{r['spec']:<54} {r['gpus']:5d} GPUs {r['flows']:9,d} flows  wall {r['wall_s']:7.2f} s "

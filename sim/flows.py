@@ -2,7 +2,9 @@
 
 Finished flows are only marked dead (rate 0, frozen forever) and swept out when they outnumber
 the living, so a batch of finishes costs work in proportion to the flows it touches, not to all
-flows in flight. Per-link flow counts and loads (sum of rates) are kept up to date the same way.
+flows in flight. Per-link flow counts and loads (sum of rates) are kept up to date the same way,
+and so is each flow's drain: `remaining` bytes as of time `since`, and the absolute time
+`finish_at` it will finish at its rate; only flows whose rate changes are brought up to date.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 
 from sim.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
 
-PER_FLOW = ("remaining", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
+PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
 
 
 class ActiveFlows:
@@ -20,7 +22,9 @@ class ActiveFlows:
     def __init__(self, capacity_Bps: np.ndarray):
         self.capacity_Bps = capacity_Bps
         num_links = len(capacity_Bps)
-        self.remaining = np.zeros(0)  # bytes left, as of the last advance
+        self.remaining = np.zeros(0)  # bytes left at time `since`
+        self.since = np.zeros(0)
+        self.finish_at = np.zeros(0)  # absolute finish time at the current rate (inf when dead)
         self.rate = np.zeros(0)
         self.nbytes = np.zeros(0)
         self.latency = np.zeros(0)
@@ -45,7 +49,8 @@ class ActiveFlows:
     def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> None:
         """Append flows (paths as CSR, one value per flow per column of PER_FLOW but alive/rate)."""
         n = len(ptr) - 1
-        columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"])
+        columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"],
+                       since=columns["start"], finish_at=np.full(n, np.inf))
         for name in PER_FLOW:
             setattr(self, name, np.concatenate([getattr(self, name), columns[name]]))
         self.flow_ptr = np.concatenate([self.flow_ptr, self.flow_ptr[-1] + ptr[1:]])
@@ -54,22 +59,33 @@ class ActiveFlows:
         self.count += np.bincount(links, minlength=len(self.count))
         self.num_alive += n
 
-    def advance(self, elapsed_s: float) -> None:
-        self.remaining -= self.rate * elapsed_s
+    def _drain(self, flows: np.ndarray, now: float) -> None:
+        """Bring `flows`' remaining bytes up to `now` at their current rates."""
+        self.remaining[flows] -= self.rate[flows] * (now - self.since[flows])
+        self.since[flows] = now
 
-    def fill_all(self) -> None:
+    def _plan(self, flows: np.ndarray, now: float) -> None:
+        """Finish times of `flows` at their (new) rates."""
+        self.finish_at[flows] = now + np.maximum(self.remaining[flows], 0.0) / self.rate[flows]
+
+    def fill_all(self, now: float) -> None:
         """Max-min rates for every living flow from scratch (after flows were added)."""
+        living = np.flatnonzero(self.alive)
+        self._drain(living, now)
         self.rate[:] = 0.0
         frozen = ~self.alive
         fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows, self.capacity_Bps.astype(float),
              self.count.astype(float), frozen, self.rate)
         self.load = np.bincount(self.flow_links, weights=np.repeat(self.rate, row_lengths(self.flow_ptr)),
                                 minlength=len(self.count))
+        self._plan(living, now)
 
-    def finish(self, leaving: np.ndarray) -> None:
-        """Mark the `leaving` flows dead and re-fill only the flows whose rate may change."""
+    def finish(self, gone: np.ndarray, now: float) -> None:
+        """Mark flows `gone` (indices) dead and re-fill only the flows whose rate may change."""
+        leaving = np.zeros(len(self.alive), dtype=bool)
+        leaving[gone] = True
         refill = np.flatnonzero(self.alive & ~rates_that_survive(self.rate, leaving) & ~leaving)
-        gone = np.flatnonzero(leaving)
+        self._drain(refill, now)
         gone_links, gone_of = self.pairs_of(gone)
         refill_links, refill_of = self.pairs_of(refill)
         num_links = len(self.count)
@@ -78,6 +94,7 @@ class ActiveFlows:
         self.count -= np.bincount(gone_links, minlength=num_links)
         self.alive[gone] = False
         self.rate[gone] = 0.0
+        self.finish_at[gone] = np.inf
         self.rate[refill] = 0.0
         self.num_alive -= len(gone)
         frozen = np.ones(len(self.alive), dtype=bool)
@@ -86,6 +103,7 @@ class ActiveFlows:
              np.maximum(self.capacity_Bps - self.load, 0.0),
              np.bincount(refill_links, minlength=num_links).astype(float), frozen, self.rate)
         self.load += np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
+        self._plan(refill, now)
         if len(self.alive) > 64 and self.num_alive < len(self.alive) // 2:
             self._sweep()
 
@@ -106,9 +124,9 @@ class ActiveFlows:
         for name in PER_FLOW:
             setattr(self, name, getattr(self, name)[keep])
 
-    def next_finish(self, together: float) -> tuple[float, np.ndarray]:
-        """Time to the first finish, and the living flows finishing within `together` (relative) of it."""
-        ttf = np.full(len(self.alive), np.inf)
-        np.divide(np.maximum(self.remaining, 0.0), self.rate, out=ttf, where=self.alive)
-        first = float(ttf.min())
-        return first, ttf <= first * (1 + together)
+    def next_finish(self, now: float, together: float) -> tuple[float, np.ndarray]:
+        """Delay to the first finish, and the flows (indices) finishing within a relative
+        `together` of that delay."""
+        first = float(self.finish_at.min())
+        delay = max(first - now, 0.0)
+        return delay, np.flatnonzero(self.finish_at <= now + delay * (1 + together))

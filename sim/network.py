@@ -52,7 +52,7 @@ class Network:
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self.router = router or make_router(graph)
         self._flows = ActiveFlows(self.capacity_Bps)
-        self._batch = np.zeros(0, dtype=bool)  # flows that finish at the next wake
+        self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
         self._t = 0.0
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
@@ -109,7 +109,7 @@ class Network:
         n = int(moving.sum())
         self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
                         src=src[moving], dst=dst[moving], group=np.full(n, gid))
-        self._flows.fill_all()
+        self._flows.fill_all(now)
         self.reshares += 1
         self.flows_reshared += self._flows.num_alive
         self._after_fill()
@@ -118,10 +118,9 @@ class Network:
     # -- the fluid model -----------------------------------------------------------------------
 
     def _advance(self) -> None:
-        """Drain every active flow at its rate up to now; accumulate link busy time."""
+        """Accumulate link busy time up to now."""
         elapsed = self.env.now - self._t
         if elapsed > 0 and self._flows.num_alive:
-            self._flows.advance(elapsed)
             self.link_busy_s += elapsed * (self._flows.count > 0)
         self._t = self.env.now
 
@@ -134,7 +133,7 @@ class Network:
         if not flows.num_alive:
             return
         np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
-        first, self._batch = flows.next_finish(FINISH_TOGETHER)
+        first, self._batch = flows.next_finish(self.env.now, FINISH_TOGETHER)
         generation = self._generation
         self.env.timeout(first).callbacks.append(lambda _: self._wake(generation))
 
@@ -142,8 +141,7 @@ class Network:
         if generation != self._generation:
             return  # flows started since; that re-fill scheduled its own wake
         self._advance()
-        flows, done = self._flows, self._batch
-        finished = np.flatnonzero(done)
+        flows, finished = self._flows, self._batch
         landing = self.env.now + flows.latency[finished]
         links, owner = flows.pairs_of(finished)
         ptr = np.zeros(len(finished) + 1, dtype=np.int64)
@@ -153,7 +151,7 @@ class Network:
                      flows.nbytes[finished], finished_groups, ptr, links)
         self.reshares += 1
         self.flows_reshared += flows.num_alive
-        flows.finish(done)
+        flows.finish(finished, self.env.now)
         for gid in np.unique(finished_groups).tolist():
             group = self._groups[gid]
             mine = finished_groups == gid
