@@ -21,6 +21,15 @@ from sim.network import Network
 from sim.records import EventLog, Span
 
 
+class _Done(simpy.Event):
+    """The end of an op others wait on; a compute op that ran ahead schedules it for its end time
+    (one event, where a timeout with a callback would take two)."""
+
+    def succeed_in(self, delay_s: float) -> None:
+        self._ok, self._value = True, None
+        self.env.schedule(self, simpy.events.NORMAL, delay_s)
+
+
 class DeadlockError(RuntimeError):
     """The run ended with ops that could never start; the message says what each waits for."""
 
@@ -33,28 +42,18 @@ class Numerics(Protocol):
     def receive(self, rank: int, op: Recv, payload: object) -> None: ...
 
 
-class _NoNumerics:
-    def run_compute(self, rank, op):
-        pass
-
-    def send_payload(self, rank, op):
-        return None
-
-    def receive(self, rank, op, payload):
-        pass
-
-
 def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
                 rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None) -> EventLog:
     """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck."""
     env = network.env
-    numerics = numerics or _NoNumerics()
     rank_to_gpu = rank_to_gpu or {rank: rank for rank in program.ranks}
-    needed = {(rank, dep) for rank in program.ranks for op in program.ops[rank] for dep in op.deps}
-    finished = {key: env.event() for key in sorted(needed)}
+    finished: dict[int, dict[str, simpy.Event]] = {}  # rank -> label -> done event, for ops others wait on
+    for rank in program.ranks:
+        needed = sorted({dep for op in program.ops[rank] for dep in op.deps})
+        finished[rank] = {label: _Done(env) for label in needed}
     mailbox: dict[tuple[int, int, tuple], simpy.Event] = {}
     spans: list[Span] = []
-    waiting: dict[tuple[int, str], str] = {}
+    waiting: dict[tuple[int, str], tuple[str, str, str]] = {}  # what a stream is stuck on, worded on deadlock
 
     def letter(src: int, dst: int, tag: tuple) -> simpy.Event:
         key = (src, dst, tag)
@@ -62,45 +61,67 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             mailbox[key] = env.event()
         return mailbox[key]
 
-    def walk(rank: int, stream: str, plan: list[tuple]):
-        """Run one stream's ops in order; `plan` holds what each op needs, computed before the run."""
-        for op, label, deps, done, duration_s in plan:
-            for dep, event in deps:
-                if not event.triggered:
-                    waiting[(rank, stream)] = f"{label} waits for {dep}"
-                    yield event
+    def walk(rank: int, stream: str, ops: list[Op]):
+        """Run one stream's ops in order.
+
+        Compute ops run ahead: the stream keeps its own clock `t` and only yields to SimPy when it
+        must wait (a dependency not yet done by `t`, a message, the end), first catching SimPy's
+        clock up to `t`. A compute op's `done` event is scheduled for the time the op ends.
+        """
+        t = env.now
+        done_of = finished[rank]
+        for op in ops:
+            label = op.label
+            for dep in op.deps:
+                event = done_of[dep]
+                if not event.processed:
+                    if t > env.now:  # it may finish before t: catch up, then look again
+                        yield env.timeout(t - env.now)
+                    if not event.processed:
+                        waiting[(rank, stream)] = (label, "waits for", dep)
+                        yield event
+                    t = max(t, env.now)
+            done = done_of.get(label)
+            if type(op) is Compute:
+                if numerics is not None:
+                    numerics.run_compute(rank, op)
+                start, t = t, t + compute_time_s(op)
+                spans.append(Span(rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0, op.flops))
+                if done is not None:
+                    done.succeed_in(t - env.now)
+                continue
+            if t > env.now:
+                yield env.timeout(t - env.now)
             start = env.now
-            if duration_s is not None:
-                numerics.run_compute(rank, op)
-                yield env.timeout(duration_s)
-                spans.append(Span(rank, stream, label, op.phase, op.microbatch, op.stage, start, env.now, 0.0, op.flops))
-            elif isinstance(op, Send):
-                payload = numerics.send_payload(rank, op)
-                waiting[(rank, stream)] = f"{label} in flight"
+            if isinstance(op, Send):
+                payload = numerics.send_payload(rank, op) if numerics is not None else None
+                waiting[(rank, stream)] = (label, "in flight", "")
                 yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{label} r{rank}->r{op.peer}",
                                        letter(rank, op.peer, op.tag), payload)
                 spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
             else:
-                waiting[(rank, stream)] = f"{label} waits for SEND {label[5:]} from rank {op.peer}"
-                numerics.receive(rank, op, (yield letter(op.peer, rank, op.tag)))
+                waiting[(rank, stream)] = (label, "waits for", f"SEND {label[5:]} from rank {op.peer}")
+                payload = yield letter(op.peer, rank, op.tag)
+                if numerics is not None:
+                    numerics.receive(rank, op, payload)
                 spans.append(Span(rank, stream, label, "RECV", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
+            t = env.now
             if done is not None:
                 done.succeed()
+        if t > env.now:
+            yield env.timeout(t - env.now)
         waiting.pop((rank, stream), None)
 
     for rank in program.ranks:
-        plans: dict[str, list[tuple]] = {}
+        streams: dict[str, list[Op]] = {}
         for op in program.ops[rank]:
-            label = op.label
-            plans.setdefault(op.stream, []).append((
-                op, label, [(dep, finished[(rank, dep)]) for dep in op.deps], finished.get((rank, label)),
-                compute_time_s(op) if isinstance(op, Compute) else None))
-        for stream, plan in plans.items():
-            waiting[(rank, stream)] = "not started"
-            env.process(walk(rank, stream, plan))
+            streams.setdefault(op.stream, []).append(op)
+        for stream, ops in streams.items():
+            waiting[(rank, stream)] = ("", "not started", "")
+            env.process(walk(rank, stream, ops))
     env.run()
     if waiting:
-        blocked = "; ".join(f"rank {r} {s}: {what}" for (r, s), what in sorted(waiting.items()))
+        blocked = "; ".join(f"rank {r} {s}: {' '.join(p for p in what if p)}" for (r, s), what in sorted(waiting.items()))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
     step_s = max((span.end_s for span in spans), default=0.0)
     return EventLog(tuple(spans), tuple(network.flow_spans()), len(program.ranks), network.link_names,

@@ -64,14 +64,29 @@ class Network:
         self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, load B/s) after each re-share
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows in flight (a speed measure)
-        self._done_records: list[tuple] = []
+        self._done_records: list[tuple | FlowSpan] = []  # finish batches as arrays, or single signals
+        self._latency_cache: dict[tuple[int, int], float] = {}
 
     # -- starting messages -------------------------------------------------------------------
 
     def transfer(self, src: int, dst: int, nbytes: float, label: str, done: simpy.Event | None = None,
                  payload: object = None) -> simpy.Event:
         """One message; `done` (a new event if not given) succeeds with `payload` when it lands."""
+        if nbytes <= 0:  # a signal: it takes no bandwidth, so nothing is re-shared; only latency
+            done = done or self.env.event()
+            latency_s = self._path_latency(src, dst)
+            self._done_records.append(FlowSpan(src, dst, (), self.env.now, self.env.now + latency_s, 0.0, label))
+            self.env.timeout(latency_s).callbacks.append(lambda _: done.succeed(payload))
+            return done
         return self._start_group(np.array([src]), np.array([dst]), np.array([float(nbytes)]), label, done, payload)
+
+    def _path_latency(self, src: int, dst: int) -> float:
+        """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
+        key = (src, dst)
+        if key not in self._latency_cache:
+            _, links = self.router.route_many(np.array([src]), np.array([dst])) if src != dst else (None, [])
+            self._latency_cache[key] = float(self.latency_s[links].sum()) if len(links) else 0.0
+        return self._latency_cache[key]
 
     def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:
         """Many messages at once (arrays of GPU indices and byte counts); the event fires when the
@@ -173,7 +188,11 @@ class Network:
     def flow_spans(self) -> list[FlowSpan]:
         """Every delivered message as a FlowSpan, in the order they finished."""
         spans = []
-        for src, dst, start, end, nbytes, group, ptr, links in self._done_records:
+        for record in self._done_records:
+            if isinstance(record, FlowSpan):
+                spans.append(record)
+                continue
+            src, dst, start, end, nbytes, group, ptr, links = record
             for i in range(len(src)):
                 spans.append(FlowSpan(int(src[i]), int(dst[i]), tuple(links[ptr[i]:ptr[i + 1]].tolist()),
                                       float(start[i]), float(end[i]), float(nbytes[i]), self._labels[int(group[i])]))

@@ -43,3 +43,18 @@ def test_gpipe_holds_every_microbatch_in_flight(p, m):
 @pytest.mark.parametrize("p,m", [(2, 1), (4, 8), (4, 3), (8, 5), (8, 32), (5, 7)])
 def test_1f1b_holds_p_minus_r_in_flight(p, m):
     assert peak_inflight_microbatches_per_rank(run_free_comm("1f1b", p, m)) == [min(p - r, m) for r in range(p)]
+
+
+def test_engine_raises_on_deadlock_naming_what_each_stream_waits_for():
+    """A cycle the validator would reject, run anyway: the engine must not end early with a
+    short makespan; it names the blocked streams."""
+    from schedules.ir import Compute, Program, Recv, Send
+    from sim.engine import DeadlockError
+    ops = {0: [Recv(1, ("B", 0, 1), 0.0), Compute("F", 0, 0, 1.0, deps=("RECV B0@1",)),
+               Send(1, ("F", 0, 0), 0.0, deps=("F0@0",))],
+           1: [Recv(0, ("F", 0, 0), 0.0), Compute("B", 0, 1, 1.0, deps=("RECV F0@0",)),
+               Send(0, ("B", 0, 1), 0.0, deps=("B0@1",))]}
+    network = Network(simpy.Environment(), switch(2, 1e9, 0.0))
+    with pytest.raises(DeadlockError, match=r"rank 0 compute: F0@0 waits for RECV B0@1.*rank 1 recv: RECV F0@0 "
+                                            r"waits for SEND F0@0 from rank 0"):
+        run_program(Program(ops, 2, 1, {0: 0, 1: 1}), network, compute_time_s=lambda op: op.flops)
