@@ -9,9 +9,11 @@ that round-trips through `parse_op`:
     compute: OPT@1 4.2e+10B            optimizer step of stage 1's parameters, touching 42 GB
     send: SEND F3@1 ->2 4096B after F3@1
     recv: RECV F3@0 <-0 4096B
+    dp: ALL_REDUCE grads@1.b0 [1,5] 1048576B ring after B7@1
 
 A message's tag is (phase, microbatch, producer stage), so `SEND F3@1` on one rank matches
-`RECV F3@1` on its peer. Labels are unique within a rank; each op computes its label once, at construction.
+`RECV F3@1` on its peer. A collective's tag names it on every member of its group (the ranks in
+brackets, in the group's order); its size means what it means in nccl-tests. Labels are unique within a rank; each op computes its label once, at construction.
 """
 
 from __future__ import annotations
@@ -77,7 +79,27 @@ class Recv(_PointToPoint):
     KIND = "RECV"
 
 
-Op = Compute | Send | Recv
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One rank's part in a collective over `group` (ranks); every member has the same tag."""
+
+    kind: str
+    tag: str
+    group: tuple[int, ...]
+    nbytes: float
+    algorithm: str = "auto"
+    stream: str = "dp"
+    deps: tuple[str, ...] = ()
+    label: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "label", f"{self.kind.upper()} {self.tag}")
+
+
+Op = Compute | Send | Recv | Collective
 
 
 @dataclass
@@ -115,6 +137,8 @@ def format_op(op: Op) -> str:
     """The one-line text form of an op (see the module docstring)."""
     if isinstance(op, Compute):
         body = op.label + _flops_text(op.flops) + (f" {op.nbytes!r}B" if op.nbytes else "")
+    elif isinstance(op, Collective):
+        body = f"{op.label} [{','.join(map(str, op.group))}] {op.nbytes!r}B {op.algorithm}"
     elif isinstance(op, Send):
         body = f"{op.label} ->{op.peer} {op.nbytes!r}B"
     else:
@@ -125,6 +149,7 @@ def format_op(op: Op) -> str:
 
 _TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
 _COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$")
+_COLLECTIVE_RE = re.compile(r"(?P<kind>[A-Z_]+) (?P<tag>\S+) \[(?P<group>[\d,]+)\] (?P<nbytes>\S+)B (?P<algo>\S+)$")
 _P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
 
 
@@ -147,7 +172,10 @@ def parse_op(text: str) -> Op:
         if (cls is Send) != (m["dir"] == "->"):
             raise ValueError(f"op text {text!r}: SEND takes '->', RECV takes '<-'")
         return cls(int(m["peer"]), tag, float(m["nbytes"]), stream, deps)
-    raise ValueError(f"op text {text!r}: not a compute, send or recv op")
+    if (m := _COLLECTIVE_RE.match(body)) and m["kind"].lower() in COLLECTIVE_KINDS:
+        group = tuple(int(r) for r in m["group"].split(","))
+        return Collective(m["kind"].lower(), m["tag"], group, float(m["nbytes"]), m["algo"], stream, deps)
+    raise ValueError(f"op text {text!r}: not a compute, send, recv or collective op")
 
 
 def parse_program(text: str, num_stages: int, num_microbatches: int, stage_to_rank: dict[int, int]) -> Program:

@@ -9,6 +9,8 @@ Rules, checked in this order:
               depends on, or by an earlier op on the same stream when both stages share a rank
   p2p         a send goes to the rank that consumes it and after the op that produced it; every
               send has exactly one matching receive (peer, tag, bytes) and vice versa
+  collectives every member of a collective's group runs it once, with the same kind, group and
+              size; a rank is a member of the groups it runs
   deadlock    a dry run (eager sends, in-order streams) finishes every op
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schedules.ir import Compute, Op, Program, Recv, Send
+from schedules.ir import Collective, Compute, Op, Program, Recv, Send
 
 
 class ProgramError(ValueError):
@@ -33,6 +35,7 @@ def validate(program: Program) -> None:
     _check_coverage_and_order(program)
     _check_chains(program)
     _check_p2p(program)
+    _check_collectives(program)
     _check_deadlock(program)
 
 
@@ -143,6 +146,27 @@ def _check_p2p(program: Program) -> None:
             raise ProgramError(f"{_where(dst, j, recv)}: rank {src} never sends it")
 
 
+def _check_collectives(program: Program) -> None:
+    seen: dict[str, dict[int, tuple[int, Collective]]] = defaultdict(dict)
+    for rank in program.ranks:
+        for i, op in enumerate(program.ops[rank]):
+            if isinstance(op, Collective):
+                if rank not in op.group:
+                    raise ProgramError(f"{_where(rank, i, op)}: rank {rank} is not in its group {list(op.group)}")
+                seen[op.tag][rank] = (i, op)
+    for tag, members in seen.items():
+        first_rank, (_, first) = next(iter(members.items()))
+        for rank in first.group:
+            if rank not in members:
+                i, op = members[first_rank]
+                raise ProgramError(f"{_where(first_rank, i, op)}: member rank {rank} never joins it")
+            i, op = members[rank]
+            if (op.kind, op.group, op.nbytes) != (first.kind, first.group, first.nbytes):
+                raise ProgramError(f"{_where(rank, i, op)}: differs from rank {first_rank}'s {first.label} "
+                                   f"({op.kind} {list(op.group)} {op.nbytes!r} B vs {first.kind} "
+                                   f"{list(first.group)} {first.nbytes!r} B)")
+
+
 def _check_deadlock(program: Program) -> None:
     """Dry run: each stream walks its ops in order; an op finishes once its deps have finished
     (a receive also once its matching send has finished). Stuck streams are a deadlock."""
@@ -152,6 +176,7 @@ def _check_deadlock(program: Program) -> None:
             streams[(rank, op.stream)].append((i, op))
     done: set[tuple[int, str]] = set()
     sent: set[tuple[int, int, tuple]] = set()
+    joined: dict[str, set[int]] = defaultdict(set)  # collective tag -> members that reached it
     pos = {key: 0 for key in streams}
     progress = True
     while progress:
@@ -159,7 +184,9 @@ def _check_deadlock(program: Program) -> None:
         for (rank, stream), ops in streams.items():
             while pos[(rank, stream)] < len(ops):
                 _, op = ops[pos[(rank, stream)]]
-                if _blocker(rank, op, done, sent) is not None:
+                if isinstance(op, Collective) and all((rank, d) in done for d in op.deps):
+                    joined[op.tag].add(rank)
+                if _blocker(rank, op, done, sent, joined) is not None:
                     break
                 done.add((rank, op.label))
                 if isinstance(op, Send):
@@ -168,15 +195,18 @@ def _check_deadlock(program: Program) -> None:
                 progress = True
     stuck = [(key, ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
     if stuck:
-        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(rank, op, done, sent)}"
+        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(rank, op, done, sent, joined)}"
                           for (rank, stream), (i, op) in sorted(stuck, key=lambda s: s[0]))
         raise ProgramError(f"deadlock: {waits}")
 
 
-def _blocker(rank: int, op: Op, done: set, sent: set) -> str | None:
+def _blocker(rank: int, op: Op, done: set, sent: set, joined: dict) -> str | None:
     for dep in op.deps:
         if (rank, dep) not in done:
             return dep
+    if isinstance(op, Collective) and len(joined[op.tag]) < len(op.group):
+        missing = [r for r in op.group if r not in joined[op.tag]]
+        return f"ranks {', '.join(map(str, missing))} to join {op.label}"
     if isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
         return f"SEND {op.label[5:]} on rank {op.peer}"
     return None

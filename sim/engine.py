@@ -3,7 +3,9 @@
 A compute op holds its stream for its cost-model time. A send waits for its dependencies, then
 hands its bytes to the network and finishes when they are delivered (eager: the receiver need
 not be ready; the message waits in the receiver's mailbox). A receive finishes when its message
-is in the mailbox. `deps` are waited on through one SimPy event per op that something depends on.
+is in the mailbox. A collective starts when the last member of its group reaches it (a
+rendezvous), runs its algorithm over the network (sim.collectives) moving the members' real
+buffers, and finishes on every member at once. `deps` are waited on through one SimPy event per op that something depends on.
 
 Tie-break rule: SimPy runs events scheduled for the same time in the order they were scheduled;
 processes are created in (rank, stream first appearance) order, so one Program gives one record.
@@ -16,7 +18,8 @@ from typing import Protocol
 
 import simpy
 
-from schedules.ir import Compute, Op, Program, Recv, Send
+from schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from sim.collectives.run import run_collective
 from sim.network import Network
 from sim.records import EventLog, Span
 
@@ -40,6 +43,8 @@ class Numerics(Protocol):
     def run_compute(self, rank: int, op: Compute) -> None: ...
     def send_payload(self, rank: int, op: Send) -> object: ...
     def receive(self, rank: int, op: Recv, payload: object) -> None: ...
+    def collective_input(self, rank: int, op: Collective) -> object: ...
+    def collective_output(self, rank: int, op: Collective, result: object) -> None: ...
 
 
 def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
@@ -54,6 +59,23 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
     mailbox: dict[tuple[int, int, tuple], simpy.Event] = {}
     spans: list[Span] = []
     waiting: dict[tuple[int, str], tuple[str, str, str]] = {}  # what a stream is stuck on, worded on deadlock
+
+    meetings: dict[str, tuple[dict[int, object], simpy.Event]] = {}  # collective tag -> (inputs, done)
+
+    def meet(rank: int, op: Collective) -> simpy.Event:
+        """Join the collective `op.tag`; the last member to arrive starts it."""
+        inputs, done = meetings.setdefault(op.tag, ({}, env.event()))
+        inputs[rank] = numerics.collective_input(rank, op) if numerics is not None else None
+        if len(inputs) == len(op.group):
+            env.process(run_group(op, inputs, done))
+        return done
+
+    def run_group(op: Collective, inputs: dict[int, object], done: simpy.Event):
+        buffers = [inputs[r] for r in op.group] if numerics is not None else None
+        outputs = yield env.process(run_collective(
+            network, op.kind, op.algorithm, [rank_to_gpu[r] for r in op.group], buffers, op.nbytes,
+            label=f"{op.stream}:{op.label}"))
+        done.succeed(dict(zip(op.group, outputs)) if outputs is not None else {})
 
     def letter(src: int, dst: int, tag: tuple) -> simpy.Event:
         key = (src, dst, tag)
@@ -93,11 +115,17 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             if t > env.now:
                 yield env.timeout(t - env.now)
             start = env.now
-            if isinstance(op, Send):
+            if isinstance(op, Collective):
+                waiting[(rank, stream)] = (label, "waits for", f"ranks {', '.join(map(str, op.group))} to join")
+                outputs = yield meet(rank, op)
+                if numerics is not None:
+                    numerics.collective_output(rank, op, outputs[rank])
+                spans.append(Span(rank, stream, label, op.kind.upper(), None, None, start, env.now, op.nbytes, 0.0))
+            elif isinstance(op, Send):
                 payload = numerics.send_payload(rank, op) if numerics is not None else None
                 waiting[(rank, stream)] = (label, "in flight", "")
-                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes, f"{label} r{rank}->r{op.peer}",
-                                       letter(rank, op.peer, op.tag), payload)
+                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes,
+                                       f"{stream}:{label} r{rank}->r{op.peer}", letter(rank, op.peer, op.tag), payload)
                 spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
             else:
                 waiting[(rank, stream)] = (label, "waits for", f"SEND {label[5:]} from rank {op.peer}")
