@@ -18,6 +18,7 @@ brackets, in the group's order); its size means what it means in nccl-tests. Lab
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -104,16 +105,47 @@ Op = Compute | Send | Recv | Collective
 
 @dataclass
 class Program:
-    """rank -> ordered ops, plus the facts about the pipeline the validator needs."""
+    """rank -> ordered ops, plus the facts about the pipelines the validator needs.
+
+    `stage_to_rank` places one pipeline's stages; with data parallelism every replica is a
+    pipeline of its own, and `replicas` lists each one's placement.
+    """
 
     ops: dict[int, list[Op]]
     num_stages: int
     num_microbatches: int
     stage_to_rank: dict[int, int] = field(default_factory=dict)
+    replicas: tuple[dict[int, int], ...] = ()
 
     @property
     def ranks(self) -> list[int]:
         return sorted(self.ops)
+
+    def pipelines(self) -> list[Program]:
+        """One Program per pipeline replica, holding only that replica's ranks."""
+        placements = self.replicas or (self.stage_to_rank,)
+        return [Program({r: self.ops[r] for r in sorted(set(placement.values()))}, self.num_stages,
+                        self.num_microbatches, dict(placement)) for placement in placements]
+
+    def relabel(self, new_rank: dict[int, int]) -> Program:
+        """The same program with rank r renamed new_rank[r] (in op lists, peers and placements)."""
+        def moved(op: Op) -> Op:
+            if isinstance(op, (Send, Recv)):
+                return dataclasses.replace(op, peer=new_rank[op.peer])
+            if isinstance(op, Collective):
+                return dataclasses.replace(op, group=tuple(new_rank[r] for r in op.group))
+            return op
+        return Program({new_rank[r]: [moved(op) for op in ops] for r, ops in self.ops.items()}, self.num_stages,
+                       self.num_microbatches, {s: new_rank[r] for s, r in self.stage_to_rank.items()},
+                       tuple({s: new_rank[r] for s, r in placement.items()} for placement in self.replicas))
+
+    @staticmethod
+    def merge(pipelines: list[Program]) -> Program:
+        """Replicas side by side (disjoint ranks) as one Program."""
+        ops = {rank: list(rank_ops) for p in pipelines for rank, rank_ops in p.ops.items()}
+        first = pipelines[0]
+        return Program(ops, first.num_stages, first.num_microbatches, dict(first.stage_to_rank),
+                       tuple(dict(p.stage_to_rank) for p in pipelines))
 
     def to_text(self) -> str:
         """All ops, one per line, grouped by rank (`rank 0:` headers); `Program.parse` reads it back."""

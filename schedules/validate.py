@@ -32,9 +32,10 @@ def _where(rank: int, index: int, op: Op) -> str:
 def validate(program: Program) -> None:
     """Raise ProgramError at the first broken rule (see the module docstring)."""
     _check_structure(program)
-    _check_coverage_and_order(program)
-    _check_chains(program)
-    _check_p2p(program)
+    for pipeline in program.pipelines():
+        _check_coverage_and_order(pipeline)
+        _check_chains(pipeline)
+        _check_p2p(pipeline)
     _check_collectives(program)
     _check_deadlock(program)
 

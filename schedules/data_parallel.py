@@ -1,0 +1,87 @@
+"""Data parallelism and ZeRO as a pass over a pipeline Program: the gradient and parameter
+collectives of each stage, on each rank's "dp" stream so they overlap compute.
+
+Gradients of a stage are reduced in buckets of at most `bucket_bytes`, each bucket's collective
+starting as soon as the stage's last backward has produced its gradients. With N = dp ranks in
+a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-bit weights):
+
+    zero 0   all_reduce(grads) per bucket; optimizer step on everything     sends 2(N-1)/N Psi
+    zero 1   reduce_scatter(grads) per bucket; optimizer step on 1/N of the  sends 2(N-1)/N Psi
+             state; all_gather(weights) per bucket after the step
+    zero 2   as zero 1 (gradients are also kept sharded: a memory change only)
+    zero 3   weights sharded too: all_gather(weights) before every forward   sends 3(N-1)/N Psi
+             and backward, reduce_scatter(grads); no gather after the step      (one microbatch)
+
+(Rajbhandari et al. 2020, ZeRO, section 7: stages 1 and 2 move what all-reduce moves, stage 3
+1.5x.) The zero 3 gathers are issued in compute order on the dp stream, so each runs as early
+as the stream allows (prefetch); with m microbatches it gathers 2m times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from schedules.ir import Collective, Compute, Op, Program
+from schedules.layout import Layout
+
+ZERO_STAGES = (0, 1, 2, 3)
+DP_STREAM = "dp"
+
+
+def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
+    """Split `total_bytes` into ceil(total / bucket) buckets, all full but the last."""
+    count = max(1, math.ceil(total_bytes / bucket_bytes))
+    return [min(bucket_bytes, total_bytes - i * bucket_bytes) for i in range(count)]
+
+
+def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[int], float], zero_stage: int,
+                      bucket_bytes: float) -> Program:
+    """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
+
+    `weight_bytes(stage)`: bytes of the stage's 16-bit weights on one rank (= its gradients').
+    With dp = 1 there is nothing to reduce and the program is returned as it is.
+    """
+    if zero_stage not in ZERO_STAGES:
+        raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
+    if layout.dp == 1:
+        return program
+    ops: dict[int, list[Op]] = {}
+    for rank in program.ranks:
+        _, p, t = layout.coords(rank)
+        group = layout.dp_group(p, t)
+        last_backward = {op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == "B"}
+        out: list[Op] = []
+        for op in program.ops[rank]:
+            if isinstance(op, Compute) and op.phase in ("F", "B") and zero_stage == 3:
+                gather = Collective("all_gather", f"params@{op.stage}.t{t}.{op.label}", group,
+                                    weight_bytes(op.stage), stream=DP_STREAM)
+                out.append(gather)
+                op = dataclasses.replace(op, deps=op.deps + (gather.label,))
+            if isinstance(op, Compute) and op.phase == "OPT":
+                reductions = _grad_tags(op.stage, t, weight_bytes(op.stage), bucket_bytes, zero_stage)
+                shard = 1 / len(group) if zero_stage >= 1 else 1.0
+                op = dataclasses.replace(op, nbytes=op.nbytes * shard, flops=op.flops * shard,
+                                         deps=op.deps + tuple(label for label, _ in reductions))
+            out.append(op)
+            if isinstance(op, Compute) and op.phase == "B" and last_backward[op.stage] == op.label:
+                kind = "all_reduce" if zero_stage == 0 else "reduce_scatter"
+                out.extend(Collective(kind, tag, group, size, stream=DP_STREAM, deps=(op.label,))
+                           for tag, size in _grad_buckets(op.stage, t, weight_bytes(op.stage), bucket_bytes))
+            if isinstance(op, Compute) and op.phase == "OPT" and zero_stage in (1, 2):
+                out.extend(Collective("all_gather", f"params@{op.stage}.t{t}.b{b}", group, size, stream=DP_STREAM,
+                                      deps=(op.label,))
+                           for b, size in enumerate(bucket_sizes(weight_bytes(op.stage), bucket_bytes)))
+        ops[rank] = out
+    return Program(ops, program.num_stages, program.num_microbatches, program.stage_to_rank, program.replicas)
+
+
+def _grad_buckets(stage: int, t: int, total: float, bucket_bytes: float) -> list[tuple[str, float]]:
+    return [(f"grads@{stage}.t{t}.b{b}", size) for b, size in enumerate(bucket_sizes(total, bucket_bytes))]
+
+
+def _grad_tags(stage: int, t: int, total: float, bucket_bytes: float, zero_stage: int) -> list[tuple[str, float]]:
+    """(label, size) of the gradient collectives the optimizer step of `stage` waits for."""
+    kind = "ALL_REDUCE" if zero_stage == 0 else "REDUCE_SCATTER"
+    return [(f"{kind} {tag}", size) for tag, size in _grad_buckets(stage, t, total, bucket_bytes)]
