@@ -77,3 +77,50 @@ def test_validator_rejects_a_member_that_never_joins():
                       for op in program.ops[1] if not isinstance(op, Collective)]
     with pytest.raises(ProgramError, match=r"rank 0, op \d+ \(ALL_REDUCE grads@0.t0.b0\): member rank 1 never joins it"):
         validate(program)
+
+
+def numerics_run(dp: int, pp: int, zero: int, m: int, buckets: int = 3, optimizer: str = "adam") -> dict:
+    from sim.numerics.data_parallel import DataParallelNumerics
+    from sim.numerics.transformer import ShadowConfig
+    cfg = ShadowConfig(layers=2 * pp, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
+    layout = Layout(dp=dp, pp=pp, tp=1)
+    program = dp_program(dp, pp, zero, m=m, bucket_bytes=WEIGHT_BYTES / buckets)
+    numerics = DataParallelNumerics(cfg, [dict(enumerate(layout.pp_group(d, 0))) for d in range(dp)], m, 2,
+                                    seed=3, optimizer=optimizer, lr=0.01, zero=zero,
+                                    buckets={s: buckets for s in range(pp)})
+    network = Network(simpy.Environment(), switch(dp * pp, 100e9, 1e-6))
+    run_program(program, network, compute_time_s=lambda op: op.flops / 1e14 + op.nbytes / 2e12, numerics=numerics)
+    return numerics.finish()
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+@pytest.mark.parametrize("dp,pp", [(2, 1), (2, 2), (4, 1)])
+def test_data_parallel_step_matches_one_device_on_the_global_batch(dp, pp, zero):
+    result = numerics_run(dp, pp, zero, m=3)
+    assert result["replicas"] == dp
+    assert result["max_rel_err"] < 1e-10
+    assert result["loss"] == pytest.approx(result["reference_loss"], rel=1e-12)
+
+
+def test_a_wrong_shard_is_caught():
+    """Give the optimizer step the wrong chunk: the comparison with one device must fail."""
+    from sim.numerics import data_parallel
+    original = data_parallel.DataParallelNumerics._chunk
+
+    def shifted(self, rank, lo, hi):
+        a, b = original(self, rank, lo, hi)
+        return (a + 1, b + 1) if b < hi else (a, b)
+    data_parallel.DataParallelNumerics._chunk = shifted
+    try:
+        with pytest.raises(Exception):
+            result = numerics_run(2, 1, 1, m=2)
+            assert result["max_rel_err"] < 1e-10
+    finally:
+        data_parallel.DataParallelNumerics._chunk = original
+
+
+def test_a_nan_weight_is_an_infinite_error():
+    import numpy as np
+
+    from sim.numerics.pipeline import max_errors
+    assert max_errors({"w": np.array([np.nan, 1.0])}, {"w": np.array([1.0, 1.0])}) == (np.inf, np.inf)

@@ -42,7 +42,7 @@ def max_errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple
     abs_err = rel_err = 0.0
     for name, a in got.items():
         b = want[name]
-        err = float(np.max(np.abs(a - b)))
+        err = float(np.max(np.abs(a - b))) if np.isfinite(a).all() else np.inf
         abs_err = max(abs_err, err)
         rel_err = max(rel_err, err / max(float(np.max(np.abs(b))), float(np.finfo(b.dtype).tiny)))
     return abs_err, rel_err
@@ -52,7 +52,10 @@ class PipelineNumerics:
     """Shadow-model numerics for one training step of a pipeline-parallel schedule."""
 
     def __init__(self, cfg: ShadowConfig, num_stages: int, num_microbatches: int, micro_batch_size: int,
-                 stage_to_rank: dict[int, int], seed: int, optimizer: str = "adam", lr: float = 1e-3):
+                 stage_to_rank: dict[int, int], seed: int, optimizer: str = "adam", lr: float = 1e-3,
+                 data: tuple[np.ndarray, np.ndarray] | None = None):
+        """`data`: (tokens, targets), each (num_microbatches x micro_batch_size, seq_len), when the
+        batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`."""
         if num_microbatches < 1 or micro_batch_size < 1:
             raise ValueError(f"num_microbatches ({num_microbatches}) and micro_batch_size ({micro_batch_size}) "
                              "must be >= 1")
@@ -67,7 +70,7 @@ class PipelineNumerics:
         self.seed = seed
         self.optimizer = optimizer
         self.lr = lr
-        self.tokens, self.targets = make_batch(cfg, seed, num_microbatches * micro_batch_size)  # (m*b, s)
+        self.tokens, self.targets = data or make_batch(cfg, seed, num_microbatches * micro_batch_size)  # (m*b, s)
         params = init_params(cfg, seed)
         self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches) for s in range(num_stages)]
         self.optimizers = [make_optimizer(optimizer, lr) for _ in range(num_stages)]

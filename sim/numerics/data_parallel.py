@@ -1,0 +1,199 @@
+"""Shadow-model numerics of data parallelism and ZeRO: replicas of a pipeline on slices of the
+global batch whose gradients and weights really travel through the collectives.
+
+Each replica d (a PipelineNumerics) trains on rows [d m b, (d+1) m b) of the global batch, its
+loss scaled by 1/m; the gradient collectives sum the replicas' gradients, and the sum is divided
+by dp (as DDP averages), which gives the gradient of the mean loss over the global batch.
+
+A stage's gradients (and weights) are flattened in parameter-name order and cut into the
+program's buckets (numpy.array_split); a reduce-scatter leaves data-parallel rank i with chunk
+i of each bucket (array_split again), which is the only part its optimizer steps (ZeRO 1, 2, 3)
+and which the weight all-gather then spreads. Under ZeRO 3 a rank keeps only its chunks of the
+weights between ops: the rest is NaN, so a forward or backward that runs without its gather
+poisons the result instead of passing by accident.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from sim.numerics.optim import make_optimizer
+from sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
+from sim.numerics.reference import reference_step
+from sim.numerics.transformer import ShadowConfig, init_params
+
+_TAG = re.compile(r"(?P<what>grads|params)@(?P<stage>\d+)\.t\d+\.(?:b(?P<bucket>\d+)|(?P<op>.+))$")
+
+
+class DataParallelNumerics:
+    """What the engine calls (the Numerics protocol) for dp pipeline replicas and ZeRO stage `zero`."""
+
+    def __init__(self, cfg: ShadowConfig, replicas: list[dict[int, int]], num_microbatches: int,
+                 micro_batch_size: int, seed: int, optimizer: str, lr: float, zero: int,
+                 buckets: dict[int, int]):
+        self.cfg, self.seed, self.optimizer, self.lr, self.zero = cfg, seed, optimizer, lr, zero
+        self.dp = len(replicas)
+        rows = num_microbatches * micro_batch_size
+        self.tokens, self.targets = make_batch(cfg, seed, self.dp * rows)  # (dp*m*b, s)
+        self.replicas = [
+            PipelineNumerics(cfg, len(placement), num_microbatches, micro_batch_size, placement, seed, optimizer,
+                             lr, data=(self.tokens[d * rows:(d + 1) * rows], self.targets[d * rows:(d + 1) * rows]))
+            for d, placement in enumerate(replicas)]
+        self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
+        self.buckets = buckets
+        self.shard_optimizers: dict[tuple[int, int], object] = {}  # (rank, stage) -> optimizer of its chunks
+        self.stepped: set[tuple[int, int]] = set()
+        self.gathered: dict[tuple[int, str], np.ndarray] = {}  # ZeRO 3: (rank, consumer op) -> full weights
+        if zero == 3:
+            for rank, d in self.replica_of.items():
+                for stage in self._stages_of(rank):
+                    self._keep_only_own_chunks(rank, stage)
+
+    # -- flat views of a stage ---------------------------------------------------------------
+
+    def _stage(self, rank: int, stage: int):
+        return self.replicas[self.replica_of[rank]].stages[stage]
+
+    def _stages_of(self, rank: int) -> list[int]:
+        placement = self.replicas[self.replica_of[rank]].stage_to_rank
+        return [s for s, r in placement.items() if r == rank]
+
+    def _flat(self, tensors: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([tensors[name].ravel() for name in sorted(tensors)])
+
+    def _unflat(self, flat: np.ndarray, into: dict[str, np.ndarray]) -> None:
+        offset = 0
+        for name in sorted(into):
+            size = into[name].size
+            into[name][...] = flat[offset:offset + size].reshape(into[name].shape)
+            offset += size
+
+    def _bucket_bounds(self, stage: int, size: int) -> list[tuple[int, int]]:
+        edges = np.cumsum([0] + [len(p) for p in np.array_split(np.arange(size), self.buckets[stage])])
+        return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+    def _chunk(self, rank: int, lo: int, hi: int) -> tuple[int, int]:
+        """This rank's chunk [lo', hi') of the bucket [lo, hi): its data-parallel index's piece."""
+        d = self.replica_of[rank]
+        edges = np.cumsum([0] + [len(p) for p in np.array_split(np.arange(hi - lo), self.dp)])
+        return lo + int(edges[d]), lo + int(edges[d + 1])
+
+    def _keep_only_own_chunks(self, rank: int, stage: int) -> None:
+        params = self._stage(rank, stage).params
+        flat = self._flat(params)
+        kept = np.full_like(flat, np.nan)
+        for lo, hi in self._bucket_bounds(stage, flat.size):
+            a, b = self._chunk(rank, lo, hi)
+            kept[a:b] = flat[a:b]
+        self._unflat(kept, params)
+
+    # -- the Numerics protocol -----------------------------------------------------------------
+
+    def run_compute(self, rank: int, op) -> None:
+        replica = self.replicas[self.replica_of[rank]]
+        if op.phase == "OPT" and self.zero >= 1:
+            self._step_chunks(rank, op)
+            return
+        if self.zero == 3 and op.phase in ("F", "B"):
+            if (rank, op.label) not in self.gathered:
+                raise RuntimeError(f"rank {rank}, {op.label}: runs before its weights were gathered")
+            self._unflat(self.gathered.pop((rank, op.label)), self._stage(rank, op.stage).params)
+        replica.run_compute(rank, op)
+        if self.zero == 3 and op.phase in ("F", "B"):
+            self._keep_only_own_chunks(rank, op.stage)  # free the gathered weights
+
+    def send_payload(self, rank: int, op) -> np.ndarray:
+        return self.replicas[self.replica_of[rank]].send_payload(rank, op)
+
+    def receive(self, rank: int, op, payload) -> None:
+        self.replicas[self.replica_of[rank]].receive(rank, op, payload)
+
+    def collective_input(self, rank: int, op) -> np.ndarray:
+        what, stage, bucket = self._parse(op)
+        stage_model = self._stage(rank, stage)
+        if what == "grads":
+            lo, hi = self._bucket_bounds(stage, self._flat(stage_model.grads).size)[bucket]
+            return self._flat(stage_model.grads)[lo:hi].copy()
+        flat = self._flat(stage_model.params)
+        bounds = self._bucket_bounds(stage, flat.size)
+        chosen = bounds if bucket is None else [bounds[bucket]]  # zero 3 gathers the whole stage
+        return np.concatenate([flat[slice(*self._chunk(rank, lo, hi))] for lo, hi in chosen])
+
+    def collective_output(self, rank: int, op, result: np.ndarray) -> None:
+        what, stage, bucket = self._parse(op)
+        stage_model = self._stage(rank, stage)
+        target = stage_model.grads if what == "grads" else stage_model.params
+        flat = self._flat(target)
+        bounds = self._bucket_bounds(stage, flat.size)
+        if what == "grads":
+            lo, hi = bounds[bucket]
+            if op.kind == "all_reduce":
+                flat[lo:hi] = result / self.dp
+            else:  # reduce_scatter: only this rank's chunk of the sum is valid now
+                a, b = self._chunk(rank, lo, hi)
+                flat[lo:hi] = np.nan
+                flat[a:b] = result / self.dp
+        else:  # all_gather: member after member (group order), each one's chunks bucket by bucket
+            chosen = bounds if bucket is None else [bounds[bucket]]
+            offset = 0
+            for member in op.group:
+                for lo, hi in chosen:
+                    a, b = self._chunk(member, lo, hi)
+                    flat[a:b] = result[offset:offset + b - a]
+                    offset += b - a
+            if bucket is None:  # ZeRO 3: a copy for the one op that asked for it (prefetch)
+                self.gathered[(rank, _TAG.match(op.tag)["op"])] = flat
+                return
+        self._unflat(flat, target)
+
+    def _parse(self, op) -> tuple[str, int, int | None]:
+        m = _TAG.match(op.tag)
+        if m is None:
+            raise RuntimeError(f"{op.label}: not a data-parallel collective this numerics knows")
+        return m["what"], int(m["stage"]), int(m["bucket"]) if m["bucket"] is not None else None
+
+    def _step_chunks(self, rank: int, op) -> None:
+        """ZeRO: the optimizer steps only this rank's chunk of every bucket."""
+        stage_model = self._stage(rank, op.stage)
+        if missing := stage_model.missing_backward():
+            raise RuntimeError(f"rank {rank}, {op.label}: optimizer step before the backward of microbatches {missing}")
+        params, grads = self._flat(stage_model.params), self._flat(stage_model.grads)
+        key = (rank, op.stage)
+        optimizer = self.shard_optimizers.setdefault(key, make_optimizer(self.optimizer, self.lr))
+        for b, (lo, hi) in enumerate(self._bucket_bounds(op.stage, params.size)):
+            a, z = self._chunk(rank, lo, hi)
+            chunk = {f"b{b}": params[a:z].copy()}
+            optimizer.step(chunk, {f"b{b}": grads[a:z]})
+            params[a:z] = chunk[f"b{b}"]
+        self._unflat(params, stage_model.params)
+        self.stepped.add(key)
+
+    def finish(self) -> dict:
+        """Every replica's weights (ZeRO 3: put together from every rank's chunks) against one
+        device on the global batch."""
+        ref = reference_step(self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets,
+                             self.optimizer, self.lr)
+        worst_abs = worst_rel = 0.0
+        for d, replica in enumerate(self.replicas):
+            params = {}
+            for stage in replica.stages:
+                if self.zero == 3:
+                    flat = np.full_like(self._flat(stage.params), np.nan)
+                    for other in self.replicas:
+                        rank = other.stage_to_rank[stage.stage]
+                        own = self._flat(other.stages[stage.stage].params)
+                        for lo, hi in self._bucket_bounds(stage.stage, flat.size):
+                            a, b = self._chunk(rank, lo, hi)
+                            flat[a:b] = own[a:b]
+                    view = {name: np.empty_like(value) for name, value in stage.params.items()}
+                    self._unflat(flat, view)
+                    params.update(view)
+                else:
+                    params.update(stage.params)
+            abs_err, rel_err = max_errors(params, ref.params)
+            worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+        losses = [np.mean(list(r.stages[-1].losses.values())) for r in self.replicas]
+        return {"max_abs_err": worst_abs, "max_rel_err": worst_rel, "loss": float(np.mean(losses)),
+                "reference_loss": ref.loss, "params_compared": len(ref.params), "replicas": self.dp}
