@@ -1,0 +1,250 @@
+"""Memory per rank: model states (ZeRO-sharded), activations per layer, and a timeline over a run.
+
+Every function here is pure: the formulas take sizes, the timeline takes the event log plus the
+per-rank byte counts the caller derived from the layout (habit 12: a view of the record).
+
+Model states, mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", arXiv:1910.02054, section 3.1 and section 5 / Figure 1).
+Per parameter: a 16-bit weight (2 B), a 16-bit gradient (2 B) and K = 12 B of optimizer state
+(fp32 master weight, Adam momentum and variance, 4 B each). With Psi parameters on a rank and
+Nd data-parallel ranks sharing them:
+
+    stage 0 (plain DP)     (2 + 2 + K) Psi
+    stage 1 (P_os)         2 Psi + 2 Psi + K Psi / Nd
+    stage 2 (P_os+g)       2 Psi + (2 + K) Psi / Nd
+    stage 3 (P_os+g+p)     (2 + 2 + K) Psi / Nd
+
+Activations per transformer layer, 16-bit, for sequence s, microbatch b, hidden h, heads a,
+tensor-parallel degree t (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", arXiv:2205.05198; section 4.1 derives 34sbh + 5as^2b: attention 11sbh + 5as^2b,
+MLP 19sbh, two layernorms 4sbh; section 4.2 tensor and sequence parallelism; section 5 selective
+recomputation; Table 2 collects them):
+
+    no parallelism                      sbh (34 + 5as/h)
+    tensor parallel                     sbh (10 + 24/t + 5as/(ht))
+    tensor + sequence parallel          sbh/t (34 + 5as/h)
+    tensor parallel + selective         sbh (10 + 24/t)
+    tensor + sequence + selective       sbh (34/t)
+    full recomputation                  2 sbh   (only the layer input is kept)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.records import EventLog
+from sim.units import format_bytes
+
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
+STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")
+RECOMPUTE_MODES = ("none", "selective", "full")
+ADAM_K = 12  # bytes of optimizer state per parameter: fp32 master weight, momentum, variance
+GATHER_PHASES = ("ALL_GATHER",)  # the engine records a collective span with its kind in capitals
+CONSUMER_PHASES = ("F", "B")  # compute that uses (and then frees) a gathered buffer
+
+
+def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int, k: int = ADAM_K) -> dict[str, float]:
+    """Bytes of weights, gradients and optimizer state on one rank (see the module docstring).
+
+    `params_per_rank` is Psi after the tensor- and pipeline-parallel split (the caller computes
+    it); `dp` is Nd, the data-parallel ranks that shard it under ZeRO; `k` is the optimizer's
+    bytes per parameter (12 for mixed-precision Adam). weights = 2 Psi (/ Nd at stage 3);
+    gradients = 2 Psi (/ Nd at stages 2 and 3); optimizer = K Psi (/ Nd at stages 1 to 3).
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, not {zero_stage!r}")
+    if dp < 1:
+        raise ValueError(f"dp must be at least 1, not {dp!r}")
+    if params_per_rank < 0:
+        raise ValueError(f"params_per_rank must be >= 0, not {params_per_rank!r}")
+    psi = float(params_per_rank)
+    return {
+        "weights": 2 * psi / (dp if zero_stage >= 3 else 1),
+        "gradients": 2 * psi / (dp if zero_stage >= 2 else 1),
+        "optimizer": k * psi / (dp if zero_stage >= 1 else 1),
+    }
+
+
+def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
+                               recompute: str = "none") -> float:
+    """Bytes one transformer layer keeps for its backward, per microbatch (module docstring).
+
+    16-bit activations and 1-byte dropout masks, as in Korthikanti et al. (section 4.1). The
+    linear part is 10sbh replicated across the tensor-parallel group (layernorm and dropout inputs)
+    + 24sbh/t split by it; sequence parallelism splits the 10sbh too, giving 34sbh/t. The attention
+    scores, softmax and dropout mask are 5as^2b, split by heads: 5as^2b/t. Selective recompute drops
+    that term (section 5); full recompute keeps only the layer input, 2sbh (Table 2). With sequence
+    parallelism that input is the sequence shard, 2sbh/t: our reading of Megatron, not a row of
+    Table 2 (which lists full recompute without sequence parallelism). The formulas are for the
+    paper's GPT layer (MLP width 4h, GeLU, dropout on); a gated MLP (SwiGLU) or another width keeps
+    more, which is not modelled.
+    """
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"unknown recompute {recompute!r} (valid: {', '.join(RECOMPUTE_MODES)})")
+    if t < 1:
+        raise ValueError(f"tensor-parallel degree t must be at least 1, not {t!r}")
+    sbh = float(s) * b * h
+    if recompute == "full":
+        return 2.0 * sbh / (t if sp else 1)
+    linear = 34.0 / t if sp else 10.0 + 24.0 / t  # x sbh
+    scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)  # 5as^2b/t, as a multiple of sbh
+    return sbh * (linear + scores)
+
+
+@dataclass(frozen=True, eq=False)
+class RankMemory:
+    """One rank's memory as a step function: row i of `bytes` (one column per CATEGORIES entry)
+    holds from times_s[i] until times_s[i + 1]; the last row repeats at the end of the run."""
+
+    rank: int
+    times_s: np.ndarray  # (n,)
+    bytes: np.ndarray  # (n, len(CATEGORIES))
+
+    @property
+    def total(self) -> np.ndarray:
+        """(n,) the sum of the categories at each time point."""
+        return self.bytes.sum(axis=1)
+
+    def category(self, name: str) -> np.ndarray:
+        """(n,) one category's bytes over time."""
+        return self.bytes[:, CATEGORIES.index(name)]
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        """Peak of each category, and `total`: the peak of the sum over time (which is at most,
+        and usually less than, the sum of the category peaks, since they need not coincide)."""
+        out = {name: float(self.bytes[:, i].max()) for i, name in enumerate(CATEGORIES)}
+        out["total"] = float(self.total.max())
+        return out
+
+    @property
+    def peak_time_s(self) -> float:
+        """When the total first reaches its peak."""
+        return float(self.times_s[int(np.argmax(self.total))])
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryTimeline:
+    """Every rank's memory over a run (rank r is ranks[r]), from t = 0 to the makespan."""
+
+    ranks: tuple[RankMemory, ...]
+    makespan_s: float
+
+
+def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
+                    activation_bytes: dict[int, dict[int, float]],
+                    gather_bytes: dict[int, float] | None = None) -> MemoryTimeline:
+    """Memory per rank over time, a pure function of the event log and the byte counts given.
+
+    - static: `static_bytes[rank]` ({weights, gradients, optimizer, other}, e.g. from
+      `model_state_bytes`; a missing rank or key is 0) is held from t = 0 to the end.
+    - activations: + `activation_bytes[rank][stage]` (one microbatch through that stage's layers)
+      when a forward span "F" of that stage starts on the rank; - the same when the backward "B" of
+      the same (microbatch, stage) ends. A rank holding several stages (interleaved) has one entry
+      per stage. A forward whose backward never ran keeps its bytes to the end.
+    - ZeRO-3 gathers (only when `gather_bytes` is given): + `gather_bytes[rank]` into "weights" when
+      a span of phase "ALL_GATHER" starts, held until the end of the rank's first F or B span that starts
+      at or after the gather ends (the compute that uses the gathered weights), or until the
+      gather's own end if no compute follows.
+    - other: 0 unless given in `static_bytes`. The CUDA context, library workspaces, the allocator's
+      fragmentation, the transient full-layer activations rebuilt during a recomputed backward, and
+      the weight-gradient (W) split of zero-bubble schedules are not modelled; spans of other
+      phases (SEND, RECV, OPT, R, ...) change nothing.
+
+    Changes at the same instant are applied together (a backward ending when a forward starts
+    frees its bytes before the next ones count, as in `metrics.peak_inflight_microbatches_per_rank`).
+    """
+    unknown = {key for per_rank in static_bytes.values() for key in per_rank} - set(STATIC_CATEGORIES)
+    if unknown:
+        raise ValueError(f"static_bytes has unknown categories {sorted(unknown)} "
+                         f"(valid: {', '.join(STATIC_CATEGORIES)})")
+    makespan = log.makespan_s
+    events: list[list[tuple[float, int, float]]] = [[] for _ in range(log.num_ranks)]  # (t, column, delta)
+    _activation_events(log, activation_bytes, events)
+    if gather_bytes is not None:
+        _gather_events(log, gather_bytes, events)
+    ranks = []
+    for rank in range(log.num_ranks):
+        static = np.array([static_bytes.get(rank, {}).get(name, 0.0) if name in STATIC_CATEGORIES else 0.0
+                           for name in CATEGORIES], dtype=float)
+        ranks.append(_step_function(rank, static, events[rank], makespan))
+    return MemoryTimeline(tuple(ranks), makespan)
+
+
+def _activation_events(log: EventLog, activation_bytes, events) -> None:
+    column = CATEGORIES.index("activations")
+    forwards = {(s.rank, s.stage, s.microbatch) for s in log.spans if s.phase == "F"}
+    for span in log.spans:
+        if span.phase not in ("F", "B"):
+            continue
+        key = (span.rank, span.stage, span.microbatch)
+        if span.phase == "B" and key not in forwards:
+            raise ValueError(f"rank {span.rank}: {span.label} ends but forward F{span.microbatch}@{span.stage} "
+                             f"never ran on this rank")
+        try:
+            nbytes = float(activation_bytes[span.rank][span.stage])
+        except KeyError:
+            raise ValueError(f"activation_bytes has no entry for rank {span.rank}, stage {span.stage} "
+                             f"(needed by {span.label})") from None
+        if span.phase == "F":
+            events[span.rank].append((span.start_s, column, nbytes))
+        else:
+            events[span.rank].append((span.end_s, column, -nbytes))
+
+
+def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:
+    column = CATEGORIES.index("weights")
+    consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B spans
+    for span in log.spans:
+        if span.phase in CONSUMER_PHASES:
+            consumers.setdefault(span.rank, []).append((span.start_s, span.end_s))
+    for spans in consumers.values():
+        spans.sort()
+    for span in log.spans:
+        if span.phase not in GATHER_PHASES:
+            continue
+        if span.rank not in gather_bytes:
+            raise ValueError(f"gather_bytes has no entry for rank {span.rank} (needed by {span.label})")
+        nbytes = float(gather_bytes[span.rank])
+        release = next((end for start, end in consumers.get(span.rank, ()) if start >= span.end_s), span.end_s)
+        events[span.rank].append((span.start_s, column, nbytes))
+        events[span.rank].append((release, column, -nbytes))
+
+
+def _step_function(rank: int, static: np.ndarray, rank_events, makespan_s: float) -> RankMemory:
+    """Level after every instant at which something changed, starting from `static` at t = 0."""
+    times = np.array([0.0] + [t for t, _, _ in rank_events] + [makespan_s])
+    deltas = np.zeros((len(times), len(CATEGORIES)))
+    deltas[0] = static
+    for i, (_, column, delta) in enumerate(rank_events, start=1):
+        deltas[i, column] = delta
+    unique, inverse = np.unique(times, return_inverse=True)  # same-instant changes merge
+    merged = np.zeros((len(unique), len(CATEGORIES)))
+    np.add.at(merged, inverse, deltas)
+    levels = np.cumsum(merged, axis=0)  # (n, categories)
+    levels[np.abs(levels) < 1e-9 * max(1.0, float(np.abs(deltas).max()))] = 0.0  # cancel float residue of +x -x
+    return RankMemory(rank, unique, levels)
+
+
+def memory_peaks(timeline: MemoryTimeline) -> dict[str, dict[str, float]]:
+    """summary.json's `memory_peak_bytes_per_rank`: str(rank) -> peak bytes of weights, gradients,
+    optimizer, activations, other, and total (the peak of the sum, not the sum of the peaks)."""
+    return {str(rank.rank): rank.peaks for rank in timeline.ranks}
+
+
+def ranks_over_capacity(peaks: dict[str, dict[str, float]], capacity_bytes: float) -> list[int]:
+    """Ranks whose total peak exceeds the GPU's memory, in rank order."""
+    return sorted(int(rank) for rank, p in peaks.items() if p["total"] > capacity_bytes)
+
+
+def capacity_message(peaks: dict[str, dict[str, float]], capacity_bytes: float) -> str | None:
+    """One line for the terminal (or a --strict-memory error) when some rank does not fit, else None."""
+    over = ranks_over_capacity(peaks, capacity_bytes)
+    if not over:
+        return None
+    worst = max(over, key=lambda r: (peaks[str(r)]["total"], -r))
+    shown = ", ".join(map(str, over[:8])) + (", ..." if len(over) > 8 else "")
+    return (f"memory: {len(over)} rank(s) exceed the GPU's {format_bytes(capacity_bytes)} "
+            f"(ranks {shown}; worst rank {worst} peaks at {format_bytes(peaks[str(worst)]['total'])})")
