@@ -20,7 +20,7 @@ import time
 
 import simpy
 
-from schedules.pipeline import build_program, stage_order
+from schedules.pipeline import build_program, rank_order
 from sim.engine import run_program
 from sim.network import Network
 from topologies.switch import switch
@@ -43,7 +43,7 @@ def bare_simpy_rate(num_events: int) -> float:
 def engine_rate(pp: int, microbatches: int, activation_bytes: float = 25e6,
                 latency_s: float = 1e-6) -> tuple[float, int, float]:
     """(ops per second, number of ops, simulated step seconds) for a 1F1B program on one switch."""
-    program = build_program(stage_order("1f1b", pp, microbatches), microbatches, {s: s for s in range(pp)},
+    program = build_program(rank_order("1f1b", pp, microbatches), microbatches, {s: s for s in range(pp)},
                             activation_bytes, forward_flops=lambda s: 1e12, backward_flops=lambda s: 2e12)
     num_ops = sum(len(ops) for ops in program.ops.values())
     network = Network(simpy.Environment(), switch(pp, 300e9, latency_s))

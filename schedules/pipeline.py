@@ -1,16 +1,25 @@
-"""Pipeline schedules: the order in which each stage runs its microbatches' forwards and backwards.
+"""Pipeline schedules: the order in which each rank runs its stages' forwards and backwards.
 
-A generator returns `stage -> [(phase, microbatch), ...]`; `build_program` then inserts the
-point-to-point sends and receives between neighbouring stages and the optimizer step, giving a
-Program every generator shares.
+A generator `(num_ranks, num_microbatches, virtual) -> RankOrder` returns
+`rank -> [(phase, microbatch, stage), ...]`, the rank's compute order; `build_program` then inserts
+the point-to-point sends and receives between neighbouring stages and the optimizer steps, giving
+a Program every generator shares. `stage_ranks(p, v)` places stage c x p + r on rank r.
 
-GPipe (Huang et al. 2019): every forward, then every backward. A stage holds the activations of
+With p ranks, m microbatches, equal stage times t_F, t_B and free communication:
+
+GPipe (Huang et al. 2019): every forward, then every backward. A rank holds the activations of
 all m microbatches at once.
 
-1F1B, PipeDream-flush (Narayanan et al. 2021): stage r runs min(p - r - 1, m) warm-up forwards,
+1F1B, PipeDream-flush (Narayanan et al. 2021): rank r runs min(p - r - 1, m) warm-up forwards,
 then alternates one forward and one backward (steady state), then drains the remaining backwards
 (cool-down). Same bubble as GPipe, (p - 1) / (m + p - 1), but at most min(p - r, m) microbatches
-in flight on stage r.
+in flight on rank r.
+
+Interleaved 1F1B (Narayanan et al. 2021, sec 2.2; Megatron-LM's virtual pipeline): the model is
+cut into p x v stages and rank r holds the v chunks r, p + r, ..., (v - 1) p + r. Each chunk costs
+t_F / v and t_B / v, so the fill and drain shrink to (p - 1)(t_F + t_B) / v while the busy time
+stays m (t_F + t_B): bubble = (p - 1) / (v m + p - 1). Megatron's order needs m to be a multiple
+of p when v > 1 (see `interleaved_order`).
 """
 
 from __future__ import annotations
@@ -19,46 +28,100 @@ from collections.abc import Callable
 
 from schedules.ir import Compute, Op, Program, Recv, Send
 
-StageOrder = dict[int, list[tuple[str, int]]]
+Step = tuple[str, int, int]  # (phase "F"|"B", microbatch, global stage)
+RankOrder = dict[int, list[Step]]  # rank -> its compute order
+Generator = Callable[[int, int, int], RankOrder]  # (num_ranks, num_microbatches, virtual) -> RankOrder
 
 
-def gpipe_order(num_stages: int, num_microbatches: int) -> StageOrder:
+def stage_ranks(num_ranks: int, virtual: int = 1) -> dict[int, int]:
+    """Stage -> rank: chunk c of rank r is global stage c x num_ranks + r (v = 1: stage s on rank s)."""
+    return {chunk * num_ranks + rank: rank for chunk in range(virtual) for rank in range(num_ranks)}
+
+
+def _one_stage_per_rank(kind: str, virtual: int) -> None:
+    if virtual != 1:
+        raise ValueError(f"schedule {kind!r} runs one stage per rank: virtual must be 1, got {virtual} "
+                         "(use 'interleaved' for several chunks per rank)")
+
+
+def gpipe_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
     """All forwards in microbatch order, then all backwards in microbatch order."""
-    forwards = [("F", mb) for mb in range(num_microbatches)]
-    backwards = [("B", mb) for mb in range(num_microbatches)]
-    return {stage: forwards + backwards for stage in range(num_stages)}
+    _one_stage_per_rank("gpipe", virtual)
+    return {rank: [("F", mb, rank) for mb in range(num_microbatches)]
+            + [("B", mb, rank) for mb in range(num_microbatches)] for rank in range(num_ranks)}
 
 
-def one_f_one_b_order(num_stages: int, num_microbatches: int) -> StageOrder:
+def one_f_one_b_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
     """PipeDream-flush: warm-up forwards, steady one-forward-one-backward, cool-down backwards."""
-    order: StageOrder = {}
-    for stage in range(num_stages):
-        warmup = min(num_stages - stage - 1, num_microbatches)
-        ops = [("F", mb) for mb in range(warmup)]  # warm-up
+    _one_stage_per_rank("1f1b", virtual)
+    order: RankOrder = {}
+    for rank in range(num_ranks):
+        warmup = min(num_ranks - rank - 1, num_microbatches)
+        ops = [("F", mb, rank) for mb in range(warmup)]  # warm-up
         for i in range(num_microbatches - warmup):  # steady 1F1B
-            ops += [("F", warmup + i), ("B", i)]
-        ops += [("B", mb) for mb in range(num_microbatches - warmup, num_microbatches)]  # cool-down
-        order[stage] = ops
+            ops += [("F", warmup + i, rank), ("B", i, rank)]
+        ops += [("B", mb, rank) for mb in range(num_microbatches - warmup, num_microbatches)]  # cool-down
+        order[rank] = ops
     return order
 
 
-SCHEDULES: dict[str, Callable[[int, int], StageOrder]] = {
+def interleaved_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
+    """Megatron-LM's interleaved 1F1B (`forward_backward_pipelining_with_interleaving`).
+
+    Each rank runs v x m forwards and v x m backwards. Forwards go in microbatch groups of p: the
+    k-th forward is chunk c = (k // p) % v of microbatch (k // (p v)) p + k % p, so a rank runs
+    chunk 0 of microbatches 0..p-1, then chunk 1 of the same p, ..., then the next group. The k-th
+    backward takes the same microbatch with the chunks reversed, v - 1 - c. Rank r warms up with
+    min(2 (p - r - 1) + (v - 1) p, v m) forwards, then alternates forward and backward, then
+    drains. Chunk c of rank r is stage c x p + r (`stage_ranks`). With v = 1 the warm-up is still
+    2 (p - r - 1), Megatron's formula, not 1F1B's p - r - 1 (same bubble, more in flight); older
+    Megatron versions also ran every forward first when m == p, current ones only cap at v m.
+    """
+    p, m, v = num_ranks, num_microbatches, virtual
+    if v < 1:
+        raise ValueError(f"interleaved schedule needs virtual >= 1, got {v}")
+    if v > 1 and m % p:
+        raise ValueError(f"interleaved schedule needs microbatches ({m}) to be a multiple of pp ({p})")
+    total = v * m
+
+    def forward(rank: int, k: int) -> Step:
+        chunk, mb = (k // p) % v, (k // (p * v)) * p + k % p
+        return ("F", mb, chunk * p + rank)
+
+    def backward(rank: int, k: int) -> Step:
+        chunk, mb = v - 1 - (k // p) % v, (k // (p * v)) * p + k % p
+        return ("B", mb, chunk * p + rank)
+
+    order: RankOrder = {}
+    for rank in range(p):
+        warmup = min(2 * (p - rank - 1) + (v - 1) * p, total)
+        ops = [forward(rank, k) for k in range(warmup)]  # warm-up
+        for k in range(total - warmup):  # steady 1F1B
+            ops += [forward(rank, warmup + k), backward(rank, k)]
+        ops += [backward(rank, k) for k in range(total - warmup, total)]  # cool-down
+        order[rank] = ops
+    return order
+
+
+SCHEDULES: dict[str, Generator] = {
     "gpipe": gpipe_order,
     "1f1b": one_f_one_b_order,
+    "interleaved": interleaved_order,
 }
 
 
-def stage_order(kind: str, num_stages: int, num_microbatches: int) -> StageOrder:
-    """Look a schedule up by name; a miss lists the valid names."""
+def rank_order(kind: str, num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
+    """Look a schedule up by name and run it; a miss lists the valid names. A generator raises
+    ValueError for sizes it cannot schedule (virtual > 1 on gpipe, m not a multiple of p, ...)."""
     try:
         generator = SCHEDULES[kind]
     except KeyError:
         raise ValueError(f"unknown schedule {kind!r} (valid: {', '.join(SCHEDULES)})") from None
-    return generator(num_stages, num_microbatches)
+    return generator(num_ranks, num_microbatches, virtual)
 
 
 def build_program(
-    order: StageOrder,
+    order: RankOrder,
     num_microbatches: int,
     stage_to_rank: dict[int, int],
     activation_bytes: float,
@@ -66,29 +129,29 @@ def build_program(
     backward_flops: Callable[[int], float],
     optimizer_bytes: Callable[[int], float] = lambda stage: 0.0,
 ) -> Program:
-    """Turn per-stage compute orders into per-rank op lists with p2p and an optimizer step.
+    """Turn per-rank compute orders into per-rank op lists with p2p and optimizer steps.
 
-    Stages on one rank are interleaved in the order given by `order` position (one stage per rank
-    today). A forward of stage s > 0 waits on the receive of stage s-1's output; its output is sent
-    to stage s+1. A backward of stage s < S-1 waits on the gradient received from stage s+1 and
-    sends its input gradient to stage s-1. Consecutive stages on the same rank hand over locally.
+    A forward of stage s > 0 waits on the receive of stage s-1's output; its output is sent to
+    stage s+1. A backward of stage s < S-1 waits on the gradient received from stage s+1 and sends
+    its input gradient to stage s-1. Consecutive stages on the same rank (interleaved with p = 1)
+    hand over locally: the earlier op on the compute stream is the dependency. Each rank ends with
+    one optimizer step per stage it holds, in stage order.
     """
-    num_stages = len(order)
-    ops: dict[int, list[Op]] = {rank: [] for rank in sorted(set(stage_to_rank.values()))}
-    for stage in range(num_stages):
-        rank = stage_to_rank[stage]
-        for phase, mb in order[stage]:
-            ops[rank].extend(_compute_with_p2p(phase, mb, stage, num_stages, stage_to_rank, activation_bytes,
-                                               forward_flops(stage) if phase == "F" else backward_flops(stage)))
+    num_stages = len(stage_to_rank)
+    ops: dict[int, list[Op]] = {rank: [] for rank in sorted(set(stage_to_rank.values()) | set(order))}
+    for rank in sorted(order):
+        for phase, mb, stage in order[rank]:
+            flops = forward_flops(stage) if phase == "F" else backward_flops(stage)
+            ops[rank].extend(_compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank,
+                                               activation_bytes, flops))
     for stage in range(num_stages):
         ops[stage_to_rank[stage]].append(Compute("OPT", None, stage, nbytes=optimizer_bytes(stage)))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 
-def _compute_with_p2p(phase: str, mb: int, stage: int, num_stages: int, stage_to_rank: dict[int, int],
+def _compute_with_p2p(rank: int, phase: str, mb: int, stage: int, num_stages: int, stage_to_rank: dict[int, int],
                       nbytes: float, flops: float) -> list[Op]:
-    """The receive a compute op waits on, the op itself, and the send of its result."""
-    rank = stage_to_rank[stage]
+    """The receive a compute op on `rank` waits on, the op itself, and the send of its result."""
     src = stage - 1 if phase == "F" else stage + 1  # the stage whose output this op consumes
     dst = stage + 1 if phase == "F" else stage - 1  # the stage that consumes this op's output
     ops: list[Op] = []

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from schedules.grid import compute_grid, compute_order_json
-from schedules.pipeline import SCHEDULES, build_program, stage_order
+from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
 from schedules.validate import ProgramError
 from sim.scenario import ScenarioError, scenario_json_schema
 from sim.scenario_loader import load_scenario
@@ -35,11 +35,15 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    for name in ("pp", "microbatches"):
+    for name in ("pp", "microbatches", "virtual"):
         if getattr(args, name) < 1:
             raise ScenarioError("(command line)", f"--{name}", f"must be >= 1, got {getattr(args, name)}")
-    order = stage_order(args.kind, args.pp, args.microbatches)
-    program = build_program(order, args.microbatches, {s: s for s in range(args.pp)}, 0.0,
+    try:
+        order = rank_order(args.kind, args.pp, args.microbatches, args.virtual)
+    except ValueError as exc:  # virtual > 1 on a one-stage-per-rank schedule, or m not a multiple of pp
+        flag = "--microbatches" if args.kind == "interleaved" else "--virtual"
+        raise ScenarioError("(command line)", flag, str(exc)) from None
+    program = build_program(order, args.microbatches, stage_ranks(args.pp, args.virtual), 0.0,
                             forward_flops=lambda s: 0.0, backward_flops=lambda s: 0.0)
     print(json.dumps(compute_order_json(program)) if args.json else compute_grid(program))
     return 0
@@ -137,8 +141,10 @@ def parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=_schema)
     sched = sub.add_parser("schedule", help="print each rank's compute order for a pipeline schedule")
     sched.add_argument("--kind", choices=sorted(SCHEDULES), required=True)
-    sched.add_argument("--pp", type=int, required=True, help="pipeline stages (one per rank)")
+    sched.add_argument("--pp", type=int, required=True, help="pipeline ranks")
     sched.add_argument("--microbatches", type=int, required=True)
+    sched.add_argument("--virtual", type=int, default=1,
+                       help="model chunks per rank (interleaved; default 1): chunk c of rank r is stage c x pp + r")
     sched.add_argument("--json", action="store_true", help="JSON instead of a text grid")
     sched.set_defaults(func=_schedule)
     coll = sub.add_parser("collective", help="time a collective over a size sweep, as an nccl-tests-style table")

@@ -12,7 +12,7 @@ import networkx as nx
 import simpy
 
 from schedules.ir import Compute, Program
-from schedules.pipeline import build_program, stage_order
+from schedules.pipeline import build_program, rank_order, stage_ranks
 from schedules.validate import validate
 from sim import cost, metrics
 from sim.engine import run_program
@@ -55,20 +55,24 @@ class RunResult:
 
 
 def stage_to_rank(scenario: Scenario) -> dict[int, int]:
-    """Pipeline stage s runs on rank s (one stage per rank; tp = dp = 1 for now)."""
-    return {stage: stage for stage in range(scenario.parallel.pp)}
+    """Pipeline stage c x pp + r runs on rank r (chunk c of v = parallel.virtual; v = 1: stage s on
+    rank s; tp = dp = 1 for now)."""
+    return stage_ranks(scenario.parallel.pp, scenario.parallel.virtual)
 
 
 def stage_costs(scenario: Scenario, stage: int) -> tuple[float, float, float]:
-    """(forward FLOPs, backward FLOPs, optimizer bytes touched) of one stage for one microbatch."""
-    m, pp = scenario.model_spec, scenario.parallel.pp
+    """(forward FLOPs, backward FLOPs, optimizer bytes touched) of one stage for one microbatch.
+
+    There are pp x v stages of layers / (pp x v) layers each; stage 0 also holds the embeddings
+    and the last stage (pp x v - 1, on rank pp - 1) the final layernorm and LM head."""
+    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     b = scenario.training.micro_batch
-    layers = m.layers // pp
+    layers = m.layers // num_stages
     forward = layers * cost.layer_forward_flops(b, m.seq_len, m.hidden, m.ffn, m.gated_mlp)
     params = layers * cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
     if stage == 0:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
-    if stage == pp - 1:
+    if stage == num_stages - 1:
         forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
     return forward, 2 * forward, params * cost.ADAM_BYTES_PER_PARAM
@@ -76,12 +80,12 @@ def stage_costs(scenario: Scenario, stage: int) -> tuple[float, float, float]:
 
 def make_program(scenario: Scenario) -> Program:
     """The validated per-rank op lists for the scenario's schedule."""
-    pp, m = scenario.parallel.pp, scenario.model_spec
-    costs = [stage_costs(scenario, stage) for stage in range(pp)]
+    p, m = scenario.parallel, scenario.model_spec
+    costs = [stage_costs(scenario, stage) for stage in range(p.num_stages)]
     act_bytes = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
                                                scenario.dtype_bytes)
-    program = build_program(stage_order(scenario.schedule, pp, scenario.num_microbatches), scenario.num_microbatches,
-                            stage_to_rank(scenario), act_bytes,
+    order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
+    program = build_program(order, scenario.num_microbatches, stage_to_rank(scenario), act_bytes,
                             forward_flops=lambda s: costs[s][0], backward_flops=lambda s: costs[s][1],
                             optimizer_bytes=lambda s: costs[s][2])
     validate(program)
@@ -96,13 +100,13 @@ def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
 
 
 def make_numerics(scenario: Scenario) -> PipelineNumerics | None:
-    """The shadow model: the real layer count and stage split, a tiny hidden size."""
+    """The shadow model: the real layer count and stage split (pp x v stages), a tiny hidden size."""
     n = scenario.numerics
     if not n.enabled:
         return None
     cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
                        seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype)
-    return PipelineNumerics(cfg, scenario.parallel.pp, scenario.num_microbatches, n.micro_batch,
+    return PipelineNumerics(cfg, scenario.parallel.num_stages, scenario.num_microbatches, n.micro_batch,
                             stage_to_rank(scenario), n.seed, n.optimizer, n.lr)
 
 

@@ -302,10 +302,16 @@ class ParallelSection(_Section):
     pp: int = Field(1, gt=0, description="pipeline-parallel stages")
     tp: int = Field(1, gt=0, description="tensor-parallel ranks")
     dp: int = Field(1, gt=0, description="data-parallel replicas")
+    virtual: int = Field(1, gt=0, description="virtual pipeline chunks per rank (interleaved schedule)")
 
     @property
     def world_size(self) -> int:
         return self.pp * self.tp * self.dp
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages: pp x virtual (chunk c of rank r is stage c x pp + r)."""
+        return self.pp * self.virtual
 
 
 class NumericsSection(_Section):
@@ -359,6 +365,14 @@ class Scenario(_Section):
         m, p, t, c = self.model, self.parallel, self.training, self.cluster
         if m.layers % p.pp:
             raise _FieldError("parallel.pp", f"{p.pp} does not divide model.layers ({m.layers})")
+        if p.virtual > 1 and self.schedule != "interleaved":
+            raise _FieldError("parallel.virtual", (
+                f"{p.virtual} chunks per rank needs schedule 'interleaved' (got '{self.schedule}', "
+                "which runs one stage per rank)"))
+        if m.layers % p.num_stages:
+            raise _FieldError("parallel.virtual", (
+                f"parallel.pp ({p.pp}) x parallel.virtual ({p.virtual}) = {p.num_stages} stages "
+                f"does not divide model.layers ({m.layers})"))
         if m.heads % p.tp:
             raise _FieldError("parallel.tp", f"{p.tp} does not divide model.heads ({m.heads})")
         if m.ffn % p.tp:
@@ -376,6 +390,11 @@ class Scenario(_Section):
             raise _FieldError("training.global_batch", (
                 f"{t.global_batch} is not divisible by training.micro_batch ({t.micro_batch})"
                 f" x parallel.dp ({p.dp}) = {per_step}"))
+        if p.virtual > 1 and self.num_microbatches % p.pp:
+            raise _FieldError("training.global_batch", (
+                f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
+                f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
+                f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"))
         for degree in ("tp", "dp"):
             if getattr(p, degree) != 1:
                 raise _FieldError(f"parallel.{degree}", f"{getattr(p, degree)}: only 1 is simulated so far "

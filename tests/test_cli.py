@@ -2,6 +2,7 @@
 the schedule and schema commands print what the README promises."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,15 @@ BAD_INPUTS = [
     ("unknown_gpu", GOOD.replace("A100-SXM-80GB", "B300"), "cluster.gpu", "B300"),
     ("unknown_preset", GOOD.replace("gpt3-1.3b", "gpt5"), "model.preset", "unknown preset 'gpt5'"),
     ("unknown_schedule", GOOD.replace("schedule: 1f1b", "schedule: zigzag"), "schedule", "zigzag"),
+    ("virtual_without_interleaved", GOOD.replace("dp: 1", "dp: 1\n  virtual: 2"), "parallel.virtual",
+     r"2 chunks per rank needs schedule 'interleaved' \(got '1f1b'"),
+    ("layers_not_divisible_by_pp_x_virtual",
+     GOOD.replace("dp: 1", "dp: 1\n  virtual: 4").replace("schedule: 1f1b", "schedule: interleaved"),
+     "parallel.virtual", r"parallel.pp \(4\) x parallel.virtual \(4\) = 16 stages does not divide model.layers \(24\)"),
+    ("interleaved_microbatches_not_multiple_of_pp",
+     GOOD.replace("dp: 1", "dp: 1\n  virtual: 2").replace("schedule: 1f1b", "schedule: interleaved")
+     .replace("global_batch: 32", "global_batch: 24"),
+     "training.global_batch", r"6 microbatches is not a multiple of parallel.pp \(4\)"),
     ("yaml_syntax", GOOD.replace("nodes: 1", "nodes: [1"), "-", "invalid YAML at line"),
     ("not_a_mapping", "- just\n- a list\n", "-", "top level must be a mapping"),
     ("missing_file", None, "-", "no such file"),
@@ -74,6 +84,58 @@ def test_schedule_grid_has_one_row_per_rank(capsys):
     assert main(["schedule", "--kind", "gpipe", "--pp", "3", "--microbatches", "2"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows == ["rank 0 | F0@0 F1@0 B0@0 B1@0", "rank 1 | F0@1 F1@1 B0@1 B1@1", "rank 2 | F0@2 F1@2 B0@2 B1@2"]
+
+
+def test_interleaved_schedule_json_puts_chunk_c_of_rank_r_on_stage_c_p_plus_r(capsys):
+    p, v, m = 4, 3, 8
+    assert main(["schedule", "--kind", "interleaved", "--pp", str(p), "--virtual", str(v), "--microbatches", str(m),
+                 "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)["ranks"]
+    assert sorted(ranks) == [str(r) for r in range(p)]
+    for r, ops in ranks.items():
+        rank = int(r)
+        assert sorted({o["stage"] for o in ops}) == [rank + c * p for c in range(v)]
+        assert len(ops) == 2 * v * m  # one forward and one backward per (chunk, microbatch)
+        first_backward = next(i for i, o in enumerate(ops) if o["phase"] == "B")
+        assert first_backward == min(2 * (p - rank - 1) + (v - 1) * p, v * m) + 1  # warm-up, then one F
+
+
+# Derived by hand from Megatron's rule, p = 2, v = 2, m = 4 (8 forwards and 8 backwards per rank).
+# The k-th forward is chunk (k // 2) % 2 of microbatch (k // 4) * 2 + k % 2:
+#   k     0  1  2  3  4  5  6  7
+#   chunk 0  0  1  1  0  0  1  1
+#   mb    0  1  0  1  2  3  2  3
+# the k-th backward the same microbatch on chunk 1 - chunk. Chunk c of rank r is stage 2c + r.
+# Warm-up forwards: rank 0: 2 (2 - 0 - 1) + (2 - 1) 2 = 4; rank 1: 0 + 2 = 2. Then F(w + k), B(k)
+# pairs until the forwards run out, then the remaining backwards.
+#   rank 0: F0..F3 = F0@0 F1@0 F0@2 F1@2 | F4 B0 = F2@0 B0@2 | F5 B1 = F3@0 B1@2 | F6 B2 = F2@2 B0@0
+#           | F7 B3 = F3@2 B1@0 | B4..B7 = B2@2 B3@2 B2@0 B3@0
+#   rank 1: F0 F1 = F0@1 F1@1 | F2 B0 = F0@3 B0@3 | F3 B1 = F1@3 B1@3 | F4 B2 = F2@1 B0@1
+#           | F5 B3 = F3@1 B1@1 | F6 B4 = F2@3 B2@3 | F7 B5 = F3@3 B3@3 | B6 B7 = B2@1 B3@1
+INTERLEAVED_P2_V2_M4 = """\
+rank 0 | F0@0 F1@0 F0@2 F1@2 F2@0 B0@2 F3@0 B1@2 F2@2 B0@0 F3@2 B1@0 B2@2 B3@2 B2@0 B3@0
+rank 1 | F0@1 F1@1 F0@3 B0@3 F1@3 B1@3 F2@1 B0@1 F3@1 B1@1 F2@3 B2@3 F3@3 B3@3 B2@1 B3@1
+"""
+
+
+def test_interleaved_schedule_grid_is_megatrons_order(capsys):
+    assert main(["schedule", "--kind", "interleaved", "--pp", "2", "--virtual", "2", "--microbatches", "4"]) == 0
+    assert capsys.readouterr().out == INTERLEAVED_P2_V2_M4
+
+
+@pytest.mark.parametrize("argv,flag,reason", [
+    (["--kind", "interleaved", "--pp", "4", "--virtual", "2", "--microbatches", "6"], "--microbatches",
+     r"interleaved schedule needs microbatches \(6\) to be a multiple of pp \(4\)"),
+    (["--kind", "1f1b", "--pp", "4", "--virtual", "2", "--microbatches", "8"], "--virtual",
+     r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2"),
+    (["--kind", "interleaved", "--pp", "4", "--virtual", "0", "--microbatches", "8"], "--virtual",
+     r"must be >= 1, got 0"),
+])
+def test_schedule_rejects_what_it_cannot_schedule_in_one_line(capsys, argv, flag, reason):
+    assert main(["schedule", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"clustersim: error: (command line): {flag}: "), err
+    assert re.search(reason, err), err
 
 
 def test_schedule_rejects_zero_microbatches(capsys):

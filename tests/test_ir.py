@@ -3,7 +3,7 @@
 import pytest
 
 from schedules.ir import Collective, Compute, Recv, Send, format_op, parse_op, parse_program
-from schedules.pipeline import build_program, stage_order
+from schedules.pipeline import build_program, rank_order
 
 
 @pytest.mark.parametrize("op", [
@@ -27,7 +27,7 @@ def test_text_form_reads_well():
 
 
 def test_program_round_trips():
-    prog = build_program(stage_order("1f1b", 3, 5), 5, {0: 0, 1: 1, 2: 2}, 128.0, lambda s: 1e9, lambda s: 2e9)
+    prog = build_program(rank_order("1f1b", 3, 5), 5, {0: 0, 1: 1, 2: 2}, 128.0, lambda s: 1e9, lambda s: 2e9)
     again = parse_program(prog.to_text(), 3, 5, prog.stage_to_rank)
     assert again.ops == prog.ops
 

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import simpy
 
-from schedules.pipeline import SCHEDULES, build_program, stage_order
+from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
 from schedules.validate import validate
 from sim.engine import run_program
 from sim.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
@@ -15,10 +15,11 @@ from topologies.switch import switch
 FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
 
 
-def run_free_comm(kind: str, p: int, m: int):
-    """Equal stage times and free communication (zero bytes, zero latency)."""
-    program = build_program(stage_order(kind, p, m), m, {s: s for s in range(p)}, 0.0,
-                            forward_flops=lambda s: FORWARD_S, backward_flops=lambda s: BACKWARD_S)
+def run_free_comm(kind: str, p: int, m: int, v: int = 1):
+    """Equal stage times and free communication (zero bytes, zero latency); with v chunks per rank
+    each chunk takes 1/v of a rank's forward and backward time."""
+    program = build_program(rank_order(kind, p, m, v), m, stage_ranks(p, v), 0.0,
+                            forward_flops=lambda s: FORWARD_S / v, backward_flops=lambda s: BACKWARD_S / v)
     validate(program)
     network = Network(simpy.Environment(), switch(p, 1e9, 0.0))
     return run_program(program, network, compute_time_s=lambda op: op.flops)
@@ -33,6 +34,26 @@ def test_bubble_ratio_is_p_minus_1_over_m_plus_p_minus_1(kind):
             assert ratio == pytest.approx(expected, abs=1e-12), (kind, p, m, rank)
         # makespan of a flushed pipeline: (m + p - 1) x (t_F + t_B)
         assert step_time_s(log) == pytest.approx((m + p - 1) * (FORWARD_S + BACKWARD_S), abs=1e-9)
+
+
+@pytest.mark.parametrize("v", [1, 2, 3, 4])
+def test_interleaved_bubble_is_p_minus_1_over_v_m_plus_p_minus_1(v):
+    """Chunks of t_F / v and t_B / v: fill and drain cost (p - 1)(t_F + t_B) / v, the work
+    m (t_F + t_B), so bubble = (p - 1) / (v m + p - 1) and makespan = (v m + p - 1)(t_F + t_B) / v."""
+    for p in range(2, 7):
+        for m in range(p, 4 * p + 1, p):
+            log = run_free_comm("interleaved", p, m, v)
+            expected = (p - 1) / (v * m + p - 1)
+            for rank, ratio in enumerate(bubble_ratio_per_rank(log)):
+                assert ratio == pytest.approx(expected, abs=1e-12), (p, v, m, rank)
+            assert step_time_s(log) == pytest.approx((v * m + p - 1) * (FORWARD_S + BACKWARD_S) / v, abs=1e-9)
+
+
+def test_interleaved_on_one_rank_hands_over_locally_with_no_bubble():
+    """p = 1, v = 3: the three stages share rank 0, so there is nothing to wait for."""
+    log = run_free_comm("interleaved", 1, 4, 3)
+    assert bubble_ratio_per_rank(log) == [0.0]
+    assert step_time_s(log) == pytest.approx(4 * (FORWARD_S + BACKWARD_S), abs=1e-12)
 
 
 @pytest.mark.parametrize("p,m", [(2, 1), (4, 8), (4, 3), (8, 5), (8, 32), (5, 7)])
@@ -58,3 +79,11 @@ def test_engine_raises_on_deadlock_naming_what_each_stream_waits_for():
     with pytest.raises(DeadlockError, match=r"rank 0 compute: F0@0 waits for RECV B0@1.*rank 1 recv: RECV F0@0 "
                                             r"waits for SEND F0@0 from rank 0"):
         run_program(Program(ops, 2, 1, {0: 0, 1: 1}), network, compute_time_s=lambda op: op.flops)
+
+
+@pytest.mark.parametrize("p,v,m", [(2, 2, 4), (4, 2, 8), (4, 3, 4), (3, 4, 9), (1, 3, 5), (4, 1, 3)])
+def test_interleaved_holds_its_warmup_plus_one_chunks_in_flight(p, v, m):
+    """Rank r holds its 2 (p - r - 1) + (v - 1) p warm-up forwards plus the steady state's one,
+    counted per (microbatch, chunk), never more than all v m of them."""
+    want = [min(2 * (p - r - 1) + (v - 1) * p + 1, v * m) for r in range(p)]
+    assert peak_inflight_microbatches_per_rank(run_free_comm("interleaved", p, m, v)) == want

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from schedules.ir import Send
 from sim.cli import main
 from sim.run import simulate
 from sim.scenario_loader import load_scenario_text
@@ -33,6 +34,35 @@ def test_pipelined_step_matches_single_device_reference(schedule, pp, optimizer)
     assert summary["numerics"]["params_compared"] > 0
     assert summary["numerics_max_rel_err"] < 1e-10
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
+
+
+def interleaved_scenario(pp: int, virtual: int, m: int, optimizer: str = "adam", layers: int = 4):
+    text = SCENARIO.format(pp=pp, m=m, schedule="interleaved", optimizer=optimizer)
+    text = text.replace("layers: 4,", f"layers: {layers},").replace(
+        f"parallel: {{pp: {pp}}}", f"parallel: {{pp: {pp}, virtual: {virtual}}}")
+    return load_scenario_text(text, "interleaved.yaml")
+
+
+@pytest.mark.parametrize("pp,virtual,m", [(2, 2, 6), (4, 1, 6), (1, 4, 3)])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_interleaved_step_matches_single_device_reference(pp, virtual, m, optimizer):
+    """Chunk c of rank r is stage c x pp + r; 4 layers / (pp x v) per stage, numerics on pp x v stages."""
+    result = simulate(interleaved_scenario(pp, virtual, m, optimizer))
+    assert result.program.num_stages == pp * virtual
+    assert result.program.stage_to_rank == {c * pp + r: r for c in range(virtual) for r in range(pp)}
+    summary = result.summary
+    assert summary["numerics"]["params_compared"] > 0
+    assert summary["numerics_max_rel_err"] < 1e-10
+    assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
+
+
+def test_interleaved_pp4_v2_matches_reference_and_wraps_from_the_last_rank_to_the_first():
+    result = simulate(interleaved_scenario(pp=4, virtual=2, m=8, layers=8))
+    assert result.summary["numerics_max_rel_err"] < 1e-10
+    # 8 stages, 7 boundaries, each crossed by 8 activations and 8 gradients; stage 3 -> 4 is rank 3 -> 0
+    assert len(result.log.flows) == 2 * 8 * 7
+    sends = {(rank, op.peer) for rank, ops in result.program.ops.items() for op in ops if isinstance(op, Send)}
+    assert sends == {(r, (r + 1) % 4) for r in range(4)} | {(r, (r - 1) % 4) for r in range(4)}
 
 
 def test_run_writes_every_output_and_is_byte_identical_twice(tmp_path, capsys):

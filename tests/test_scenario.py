@@ -237,7 +237,7 @@ BAD = [
     ("unknown_preset", variant(("model.preset", "gpt5")), "model.preset",
      r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l\)$"),
     ("unknown_schedule", variant(("schedule", "zb-v")), "schedule",
-     r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b\)$"),
+     r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved\)$"),
     ("unknown_topology_kind", variant(("cluster.topology.kind", "hypercube")), "cluster.topology.kind",
      r"unknown topology kind 'hypercube' \(valid: switch, ring, torus, mesh, dgx, fattree\)$"),
     ("unknown_dtype", variant(("training.dtype", "fp8")), "training.dtype",

@@ -6,12 +6,12 @@ from dataclasses import replace
 import pytest
 
 from schedules.ir import Compute, Recv, Send
-from schedules.pipeline import SCHEDULES, build_program, stage_order
+from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
 from schedules.validate import ProgramError, validate
 
 
-def program(kind="1f1b", p=4, m=4):
-    return build_program(stage_order(kind, p, m), m, {s: s for s in range(p)}, 64.0,
+def program(kind="1f1b", p=4, m=4, v=1):
+    return build_program(rank_order(kind, p, m, v), m, stage_ranks(p, v), 64.0,
                          forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0)
 
 
@@ -23,6 +23,39 @@ def index_of(prog, rank, label):
 def test_accepts_every_generated_schedule(kind):
     for p, m in itertools.product(range(1, 9), range(1, 17)):
         validate(program(kind, p, m))
+
+
+def test_accepts_interleaved_over_a_grid_of_p_v_m():
+    for p, v in itertools.product(range(1, 7), range(1, 5)):
+        microbatches = range(p, 4 * p + 1, p) if v > 1 else range(1, 4 * p + 1)  # v > 1: multiples of p
+        for m in microbatches:
+            validate(program("interleaved", p, m, v))
+
+
+def test_interleaved_rejects_microbatches_not_a_multiple_of_pp():
+    message = r"^interleaved schedule needs microbatches \(6\) to be a multiple of pp \(4\)$"
+    with pytest.raises(ValueError, match=message):
+        rank_order("interleaved", 4, 6, 2)
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_one_stage_per_rank_schedules_reject_virtual_chunks(kind):
+    with pytest.raises(ValueError, match=rf"schedule '{kind}' runs one stage per rank: virtual must be 1, got 2"):
+        rank_order(kind, 4, 8, 2)
+
+
+def test_unknown_schedule_lists_the_valid_names():
+    with pytest.raises(ValueError, match=r"unknown schedule 'zigzag' \(valid: gpipe, 1f1b, interleaved\)"):
+        rank_order("zigzag", 4, 8)
+
+
+def test_rejects_interleaved_chunk_that_skips_its_previous_chunk():
+    """p = 2, v = 2: stage 2 (rank 0's chunk 1) consumes stage 1's output from rank 1."""
+    prog = program("interleaved", p=2, m=2, v=2)
+    i = index_of(prog, 0, "F0@2")
+    prog.ops[0][i] = replace(prog.ops[0][i], deps=())
+    with pytest.raises(ProgramError, match=rf"rank 0, op {i} \(F0@2\): does not wait for the activation F0@1"):
+        validate(prog)
 
 
 def test_rejects_backward_before_its_forward():
