@@ -16,13 +16,18 @@ from sim.scenario_loader import load_scenario
 
 
 def _run(args: argparse.Namespace) -> int:
+    from sim.memory import capacity_message
     from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from sim.run import simulate
 
     scenario = load_scenario(args.scenario)
     result = simulate(scenario)
+    over = capacity_message(result.summary["memory_peak_bytes_per_rank"], result.summary["memory_capacity_bytes"])
+    if over and args.strict_memory:
+        raise ScenarioError(args.scenario, "cluster.gpu", f"{over} (--strict-memory)")
     out_dir = write_outputs(result, Path(args.output) if args.output else scenario.output_dir)
-    print(f"{scenario.name}: {scenario.schedule}, pp={scenario.parallel.pp}, "
+    p = scenario.parallel
+    print(f"{scenario.name}: {scenario.schedule}, pp={p.pp} x virtual={p.virtual}, dp={p.dp}, ZeRO {p.zero}, "
           f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}")
     print(terminal_summary(result))
     print(f"\nwrote {out_dir}/: {' '.join(OUTPUT_FILES)}")
@@ -136,6 +141,8 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one training step of a scenario and write its outputs")
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("-o", "--output", help="output folder (default: the scenario's output.dir or runs/<name>)")
+    run.add_argument("--strict-memory", action="store_true",
+                     help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's")
     run.set_defaults(func=_run)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
     schema.set_defaults(func=_schema)

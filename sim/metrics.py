@@ -62,3 +62,14 @@ def tflops_per_gpu(log: EventLog, num_gpus: int) -> float:
 def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
     """Model FLOPs utilisation = achieved FLOP/s per GPU / the GPU's peak dense FLOP/s."""
     return tflops_per_gpu(log, num_gpus) * 1e12 / peak_flops
+
+
+def bytes_sent_per_rank(log: EventLog) -> dict[str, dict[str, float]]:
+    """Bytes each rank put on the network, by the stream that sent them (flow labels start with
+    "stream:"); GPU g is rank g."""
+    sent: dict[str, dict[str, float]] = {str(rank): {} for rank in range(log.num_ranks)}
+    for flow in log.flows:
+        stream = flow.label.split(":", 1)[0]
+        by_stream = sent.setdefault(str(flow.src), {})
+        by_stream[stream] = by_stream.get(stream, 0.0) + flow.nbytes
+    return sent

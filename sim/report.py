@@ -9,15 +9,17 @@ from pathlib import Path
 
 from sim.gantt import plot_gantt
 from sim.links_plot import plot_links
+from sim.memory import capacity_message
+from sim.memory_plot import plot_memory
 from sim.run import RunResult
 from sim.table import format_table
 from sim.trace import write_trace
 
-OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "program.txt")
+OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "program.txt")
 
 
 def write_outputs(result: RunResult, out_dir: Path) -> Path:
-    """Write summary.json, gantt.png, trace.json, links.png and program.txt.
+    """Write summary.json, gantt.png, trace.json, links.png, memory.png and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
     end, so a failure never leaves a half-written run folder behind.
@@ -34,6 +36,8 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
         write_trace(result.log, tmp / "trace.json")
         plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
                    f"{sc.name}: utilisation of the hottest links", result.graph)
+        plot_memory(result.memory, sc.gpu_spec.memory_bytes, tmp / "memory.png",
+                    f"{sc.name}: memory per rank (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})")
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -52,9 +56,13 @@ def terminal_summary(result: RunResult) -> str:
         if span.phase in ("F", "B"):
             busy[span.rank] += span.duration_s
     rows = [{"rank": r, "busy_ms": busy[r] * 1e3, "bubble_pct": 100 * s["bubble_ratio_per_rank"][r],
-             "inflight": s["peak_inflight_microbatches_per_rank"][r]} for r in range(result.log.num_ranks)]
+             "inflight": s["peak_inflight_microbatches_per_rank"][r],
+             "memory_gib": s["memory_peak_bytes_per_rank"][str(r)]["total"] / 2**30,
+             "sent_mb": sum(s["comm_bytes_sent_per_rank"][str(r)].values()) / 1e6}
+            for r in range(result.log.num_ranks)]
     table = format_table(rows, [("rank", "rank", "d"), ("busy_ms", "busy (ms)", ".3f"),
-                                ("bubble_pct", "bubble (%)", ".2f"), ("inflight", "peak in-flight mb", "d")])
+                                ("bubble_pct", "bubble (%)", ".2f"), ("inflight", "peak in-flight mb", "d"),
+                                ("memory_gib", "peak memory (GiB)", ".2f"), ("sent_mb", "sent (MB)", ".1f")])
     lines = [
         f"step time        {s['step_time_s'] * 1e3:.3f} ms",
         f"bubble (mean)    {100 * s['bubble_ratio_mean']:.2f} %",
@@ -63,4 +71,6 @@ def terminal_summary(result: RunResult) -> str:
     if s["numerics"] is not None:
         lines.append(f"numerics         max abs err {s['numerics_max_abs_err']:.3g}, "
                      f"max rel err {s['numerics_max_rel_err']:.3g} vs single-device reference")
+    if over := capacity_message(s["memory_peak_bytes_per_rank"], s["memory_capacity_bytes"]):
+        lines.append(f"WARNING          {over}")
     return "\n".join(lines) + "\n\n" + table

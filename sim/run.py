@@ -12,12 +12,17 @@ import networkx as nx
 import simpy
 
 from schedules.ir import Compute, Program
+from schedules.data_parallel import add_data_parallel, bucket_sizes
+from schedules.layout import Layout
 from schedules.pipeline import build_program, rank_order, stage_ranks
 from schedules.validate import validate
 from sim import cost, metrics
 from sim.engine import run_program
 from sim.links_plot import hottest_links
 from sim.network import Network
+from sim.memory import (MemoryTimeline, activation_bytes_per_layer, memory_peaks, memory_timeline, model_state_bytes,
+                        ranks_over_capacity)
+from sim.numerics.data_parallel import DataParallelNumerics
 from sim.numerics.pipeline import PipelineNumerics
 from sim.numerics.transformer import ShadowConfig
 from sim.records import EventLog
@@ -51,43 +56,66 @@ class RunResult:
     program: Program
     graph: nx.DiGraph
     log: EventLog
+    memory: MemoryTimeline
     summary: dict
 
 
-def stage_to_rank(scenario: Scenario) -> dict[int, int]:
-    """Pipeline stage c x pp + r runs on rank r (chunk c of v = parallel.virtual; v = 1: stage s on
-    rank s; tp = dp = 1 for now)."""
-    return stage_ranks(scenario.parallel.pp, scenario.parallel.virtual)
+def layout_of(scenario: Scenario) -> Layout:
+    p = scenario.parallel
+    return Layout(p.dp, p.pp, p.tp, tuple(p.order))
 
 
-def stage_costs(scenario: Scenario, stage: int) -> tuple[float, float, float]:
-    """(forward FLOPs, backward FLOPs, optimizer bytes touched) of one stage for one microbatch.
+def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
+    """Stage -> rank for each data-parallel replica's pipeline: stage c x pp + r on the replica's
+    r-th pipeline rank (chunk c of v = parallel.virtual)."""
+    p, layout = scenario.parallel, layout_of(scenario)
+    local = stage_ranks(p.pp, p.virtual)
+    return [{stage: layout.pp_group(d, 0)[r] for stage, r in local.items()} for d in range(p.dp)]
 
-    There are pp x v stages of layers / (pp x v) layers each; stage 0 also holds the embeddings
-    and the last stage (pp x v - 1, on rank pp - 1) the final layernorm and LM head."""
+
+def stage_params(scenario: Scenario, stage: int) -> int:
+    """Parameters of one stage. There are pp x v stages of layers / (pp x v) layers each; stage 0
+    also holds the embeddings and the last stage (pp x v - 1, on rank pp - 1) the final layernorm
+    and LM head."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    b = scenario.training.micro_batch
-    layers = m.layers // num_stages
-    forward = layers * cost.layer_forward_flops(b, m.seq_len, m.hidden, m.ffn, m.gated_mlp)
-    params = layers * cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
+    params = m.layers // num_stages * cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
     if stage == 0:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
     if stage == num_stages - 1:
-        forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
-    return forward, 2 * forward, params * cost.ADAM_BYTES_PER_PARAM
+    return params
+
+
+def stage_forward_flops(scenario: Scenario, stage: int) -> float:
+    """Forward FLOPs of one stage for one microbatch (the last stage adds the LM head)."""
+    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
+    b = scenario.training.micro_batch
+    forward = m.layers // num_stages * cost.layer_forward_flops(b, m.seq_len, m.hidden, m.ffn, m.gated_mlp)
+    if stage == num_stages - 1:
+        forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
+    return forward
+
+
+def weight_bytes(scenario: Scenario, stage: int) -> float:
+    """Bytes of a stage's 16-bit weights (= its gradients'), what data parallelism moves."""
+    return stage_params(scenario, stage) * 2.0
 
 
 def make_program(scenario: Scenario) -> Program:
-    """The validated per-rank op lists for the scenario's schedule."""
+    """The validated per-rank op lists: one pipeline per data-parallel replica, then the data
+    parallel / ZeRO collectives."""
     p, m = scenario.parallel, scenario.model_spec
-    costs = [stage_costs(scenario, stage) for stage in range(p.num_stages)]
+    flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     act_bytes = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
                                                scenario.dtype_bytes)
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
-    program = build_program(order, scenario.num_microbatches, stage_to_rank(scenario), act_bytes,
-                            forward_flops=lambda s: costs[s][0], backward_flops=lambda s: costs[s][1],
-                            optimizer_bytes=lambda s: costs[s][2])
+    pipeline = build_program(order, scenario.num_microbatches, stage_ranks(p.pp, p.virtual), act_bytes,
+                             forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s],
+                             optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM)
+    layout = layout_of(scenario)
+    replicas = [pipeline.relabel(dict(enumerate(layout.pp_group(d, 0)))) for d in range(p.dp)]
+    program = add_data_parallel(Program.merge(replicas), layout, lambda s: weight_bytes(scenario, s), p.zero,
+                                p.bucket)
     validate(program)
     return program
 
@@ -99,15 +127,22 @@ def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
                           cost.memory_time_s(op.nbytes, gpu.hbm_bandwidth_Bps))
 
 
-def make_numerics(scenario: Scenario) -> PipelineNumerics | None:
-    """The shadow model: the real layer count and stage split (pp x v stages), a tiny hidden size."""
-    n = scenario.numerics
+def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics | None:
+    """The shadow model: the real layer count and stage split (pp x v stages), a tiny hidden size;
+    with dp > 1 one pipeline per replica on its slice of the batch, reduced through the real
+    collectives."""
+    n, p = scenario.numerics, scenario.parallel
     if not n.enabled:
         return None
     cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
                        seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype)
-    return PipelineNumerics(cfg, scenario.parallel.num_stages, scenario.num_microbatches, n.micro_batch,
-                            stage_to_rank(scenario), n.seed, n.optimizer, n.lr)
+    placements = replica_placements(scenario)
+    if p.dp == 1:
+        return PipelineNumerics(cfg, p.num_stages, scenario.num_microbatches, n.micro_batch, placements[0],
+                                n.seed, n.optimizer, n.lr)
+    buckets = {s: len(bucket_sizes(weight_bytes(scenario, s), p.bucket)) for s in range(p.num_stages)}
+    return DataParallelNumerics(cfg, placements, scenario.num_microbatches, n.micro_batch, n.seed, n.optimizer,
+                                n.lr, p.zero, buckets)
 
 
 def simulate(scenario: Scenario) -> RunResult:
@@ -117,13 +152,35 @@ def simulate(scenario: Scenario) -> RunResult:
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
     log = run_program(program, network, compute_time_fn(scenario), numerics=numerics)
-    return RunResult(scenario, program, graph, log, summarize(scenario, log, numerics.finish() if numerics else None))
+    memory = memory_of(scenario, log)
+    summary = summarize(scenario, log, memory, numerics.finish() if numerics else None)
+    return RunResult(scenario, program, graph, log, memory, summary)
 
 
-def summarize(scenario: Scenario, log: EventLog, numerics: dict | None) -> dict:
+def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
+    """Memory over time per rank: ZeRO-sharded model states of the stages a rank holds, the
+    Korthikanti activations of each in-flight microbatch, ZeRO-3's temporary weight gathers."""
+    p, m = scenario.parallel, scenario.model_spec
+    static: dict[int, dict[str, float]] = {}
+    activations: dict[int, dict[int, float]] = {}
+    per_layer = activation_bytes_per_layer(m.seq_len, scenario.training.micro_batch, m.hidden, m.heads)
+    for placement in replica_placements(scenario):
+        for stage, rank in placement.items():
+            states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)
+            static[rank] = {k: static.get(rank, {}).get(k, 0.0) + v for k, v in states.items()}
+            activations.setdefault(rank, {})[stage] = m.layers // p.num_stages * per_layer
+    gathers = None
+    if p.zero == 3 and p.dp > 1:
+        gathers = {rank: max(weight_bytes(scenario, s) for s in stages)
+                   for rank, stages in activations.items()}
+    return memory_timeline(log, static, activations, gathers)
+
+
+def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None) -> dict:
     """The documented summary.json keys (see README, "Outputs")."""
     gpus, gpu = scenario.num_gpus, scenario.gpu_spec
     bubbles = metrics.bubble_ratio_per_rank(log)
+    peaks = memory_peaks(memory)
     return {
         "scenario_name": scenario.name,
         "step_time_s": metrics.step_time_s(log),
@@ -137,6 +194,10 @@ def summarize(scenario: Scenario, log: EventLog, numerics: dict | None) -> dict:
         "numerics_max_rel_err": numerics["max_rel_err"] if numerics else None,
         "numerics": numerics,
         "hottest_links": hottest_links_summary(log),
+        "memory_peak_bytes_per_rank": peaks,
+        "memory_capacity_bytes": gpu.memory_bytes,
+        "memory_over_capacity_ranks": ranks_over_capacity(peaks, gpu.memory_bytes),
+        "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
         "scenario": scenario.resolved(),
     }
 

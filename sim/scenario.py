@@ -17,7 +17,7 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic import WithJsonSchema
@@ -303,6 +303,18 @@ class ParallelSection(_Section):
     tp: int = Field(1, gt=0, description="tensor-parallel ranks")
     dp: int = Field(1, gt=0, description="data-parallel replicas")
     virtual: int = Field(1, gt=0, description="virtual pipeline chunks per rank (interleaved schedule)")
+    zero: int = Field(0, ge=0, le=3, description="ZeRO stage: 0 plain data parallel, 1 optimizer state, "
+                                                 "2 + gradients, 3 + weights sharded over dp")
+    bucket: Bytes = Field(25 * 2**20, description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default)")
+    order: list[Literal["dp", "pp", "tp"]] = Field(
+        ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)")
+
+    @field_validator("order")
+    @classmethod
+    def _order_names_each_axis_once(cls, value: list[str]) -> list[str]:
+        if sorted(value) != ["dp", "pp", "tp"]:
+            raise ValueError(f"must name dp, pp and tp once each, got {value}")
+        return value
 
     @property
     def world_size(self) -> int:
@@ -395,10 +407,9 @@ class Scenario(_Section):
                 f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
                 f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
                 f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"))
-        for degree in ("tp", "dp"):
-            if getattr(p, degree) != 1:
-                raise _FieldError(f"parallel.{degree}", f"{getattr(p, degree)}: only 1 is simulated so far "
-                                  "(tensor and data parallelism are not implemented yet)")
+        if p.tp != 1:
+            raise _FieldError("parallel.tp", f"{p.tp}: only 1 is simulated so far (tensor parallelism is not "
+                              "implemented yet)")
         return self
 
     @property

@@ -7,7 +7,7 @@ import pytest
 
 from schedules.ir import Send
 from sim.cli import main
-from sim.run import simulate
+from sim.run import simulate, stage_params
 from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """
@@ -114,3 +114,35 @@ def test_pipeline_runs_and_stays_correct_on_every_fabric(kind):
     act_bytes = 256 * 1 * 512 * 2  # s x b x h x bf16
     assert len(result.log.flows) == 2 * 6 * 3 and {f.nbytes for f in result.log.flows} == {act_bytes}
     assert result.summary["hottest_links"][0]["bytes"] >= act_bytes
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_data_parallel_scenario_matches_one_device_and_sends_the_zero_volume(zero):
+    text = SCENARIO.format(pp=2, m=6, schedule="1f1b", optimizer="adam")
+    text = text.replace("parallel: {pp: 2}", f"parallel: {{pp: 2, dp: 2, zero: {zero}, bucket: 1MB}}")
+    text = text.replace("training: {global_batch: 6,", "training: {global_batch: 12,")
+    text = text.replace("gpus_per_node: 2", "gpus_per_node: 4")
+    scenario = load_scenario_text(text, "dp.yaml")
+    result = simulate(scenario)
+    assert result.summary["numerics"]["replicas"] == 2
+    assert result.summary["numerics_max_rel_err"] < 1e-10
+    # every rank sends 2 (N-1)/N of its stage's 16-bit gradients on the dp stream (N = 2), x 1.5 under
+    # ZeRO 3 with one gather per forward and backward (m = 6 of each) instead of one of each
+    for stage in range(2):
+        sent = result.summary["comm_bytes_sent_per_rank"][str(stage)]["dp"]
+        grads = 2.0 * (stage_params(scenario, stage))
+        expected = grads if zero < 3 else grads / 2 * (1 + 2 * 6)
+        assert sent == pytest.approx(expected, rel=1e-9)
+
+
+def test_strict_memory_refuses_a_run_that_does_not_fit(tmp_path, capsys):
+    path = tmp_path / "big.yaml"
+    path.write_text(SCENARIO.format(pp=2, m=4, schedule="gpipe", optimizer="adam")
+                    .replace("training: {global_batch: 4, micro_batch: 1}", "training: {global_batch: 4, micro_batch: 1}")
+                    .replace("model: {layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1000}",
+                             "model: {layers: 4, hidden: 16384, heads: 128, seq_len: 8192, vocab: 1000}")
+                    .replace("numerics: {", "numerics: {enabled: false, "))
+    assert main(["run", str(path), "-o", str(tmp_path / "out"), "--strict-memory"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"clustersim: error: {path}: cluster.gpu: memory: ") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -144,11 +144,16 @@ def test_plain_numbers_micro_sign_and_yaml12_floats():
     assert s.numerics.lr == 1e-3  # PyYAML alone reads '1e-3' as a string
 
 
-def test_rejects_tp_and_dp_until_they_are_simulated():
-    """A valid dp=2 layout passes every sizing rule, then is refused rather than run wrongly."""
-    with pytest.raises(ScenarioError, match=r"^<string>: parallel\.dp: 2: only 1 is simulated so far"):
-        load_scenario_text(variant(("parallel.pp", 2), ("parallel.dp", 2),
+def test_num_microbatches_divides_by_dp():
+    s = load_scenario_text(variant(("parallel.pp", 2), ("parallel.dp", 2),
                                    ("training.global_batch", 32), ("training.micro_batch", 4)))
+    assert s.num_microbatches == 4
+
+
+def test_rejects_tp_until_it_is_simulated():
+    """A valid tp=2 layout passes every sizing rule, then is refused rather than run wrongly."""
+    with pytest.raises(ScenarioError, match=r"^<string>: parallel\.tp: 2: only 1 is simulated so far"):
+        load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2)))
 
 
 def test_scenario_is_frozen():
