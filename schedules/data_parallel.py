@@ -13,8 +13,10 @@ a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-
              and backward, reduce_scatter(grads); no gather after the step      (one microbatch)
 
 (Rajbhandari et al. 2020, ZeRO, section 7: stages 1 and 2 move what all-reduce moves, stage 3
-1.5x.) The zero 3 gathers are issued in compute order on the dp stream, so each runs as early
-as the stream allows (prefetch); with m microbatches it gathers 2m times.
+1.5x.) The zero 3 gathers are issued in compute order on the dp stream and each may start once
+the compute op two before its own has finished: one gather ahead (prefetch, as FSDP's
+forward/backward prefetch), so at most two gathered copies of a stage's weights exist at once.
+With m microbatches it gathers 2m times.
 """
 
 from __future__ import annotations
@@ -53,11 +55,14 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
         group = layout.dp_group(p, t)
         last_backward = {op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == "B"}
         out: list[Op] = []
+        computed: list[str] = []  # F/B labels so far, for the prefetch distance
         for op in program.ops[rank]:
             if isinstance(op, Compute) and op.phase in ("F", "B") and zero_stage == 3:
                 gather = Collective("all_gather", f"params@{op.stage}.t{t}.{op.label}", group,
-                                    weight_bytes(op.stage), stream=DP_STREAM)
+                                    weight_bytes(op.stage), stream=DP_STREAM,
+                                    deps=(computed[-2],) if len(computed) >= 2 else ())
                 out.append(gather)
+                computed.append(op.label)
                 op = dataclasses.replace(op, deps=op.deps + (gather.label,))
             if isinstance(op, Compute) and op.phase == "OPT":
                 reductions = _grad_tags(op.stage, t, weight_bytes(op.stage), bucket_bytes, zero_stage)

@@ -28,6 +28,15 @@ def layer_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> floa
     return float(attention + mlp)
 
 
+def recompute_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, mode: str) -> float:
+    """FLOPs a backward adds per layer to recompute what the forward did not keep: the whole
+    forward (full), or the attention core Q K^T and x V, 4bs^2h (selective, Korthikanti et al.
+    2022 section 5), or nothing."""
+    if mode == "full":
+        return layer_forward_flops(b, s, h, f, gated_mlp)
+    return 4.0 * b * s * s * h if mode == "selective" else 0.0
+
+
 def head_forward_flops(b: int, s: int, h: int, vocab: int) -> float:
     """Forward FLOPs of the LM head's logits, 2bshV."""
     return float(2 * b * s * h * vocab)

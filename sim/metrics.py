@@ -49,8 +49,10 @@ def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
 
 
 def model_flops(log: EventLog) -> float:
-    """Total FLOPs of forward and backward compute over all ranks."""
-    return sum(s.flops for s in log.spans if s.phase in PIPELINE_PHASES)
+    """Model FLOPs of the step: 3 x the forward FLOPs (backward = 2 x forward). Work a backward
+    adds to recompute activations is done by the hardware but is not model FLOPs (the MFU of
+    Chowdhery et al. 2022, PaLM, appendix B)."""
+    return 3 * sum(s.flops for s in log.spans if s.phase == "F")
 
 
 def tflops_per_gpu(log: EventLog, num_gpus: int) -> float:

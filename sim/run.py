@@ -109,8 +109,11 @@ def make_program(scenario: Scenario) -> Program:
     act_bytes = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
                                                scenario.dtype_bytes)
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
+    t = scenario.training
+    redo = m.layers // p.num_stages * cost.recompute_flops(t.micro_batch, m.seq_len, m.hidden, m.ffn, m.gated_mlp,
+                                                            t.recompute)
     pipeline = build_program(order, scenario.num_microbatches, stage_ranks(p.pp, p.virtual), act_bytes,
-                             forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s],
+                             forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s] + redo,
                              optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM)
     layout = layout_of(scenario)
     replicas = [pipeline.relabel(dict(enumerate(layout.pp_group(d, 0)))) for d in range(p.dp)]
@@ -163,7 +166,8 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     p, m = scenario.parallel, scenario.model_spec
     static: dict[int, dict[str, float]] = {}
     activations: dict[int, dict[int, float]] = {}
-    per_layer = activation_bytes_per_layer(m.seq_len, scenario.training.micro_batch, m.hidden, m.heads)
+    per_layer = activation_bytes_per_layer(m.seq_len, scenario.training.micro_batch, m.hidden, m.heads,
+                                           recompute=scenario.training.recompute)
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
             states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)

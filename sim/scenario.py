@@ -26,6 +26,7 @@ from pydantic import field_validator, model_validator
 from schedules.pipeline import SCHEDULES
 from sim import units
 from sim.hardware import GPUS, GpuSpec
+from sim.memory import RECOMPUTE_MODES
 from sim.presets import MODELS, ModelSpec
 from topologies import fattree
 from topologies.registry import TOPOLOGIES
@@ -288,10 +289,15 @@ class ModelSection(_Section):
         return ModelSpec(**self.model_dump(exclude={"preset"}))
 
 
+Recompute = _one_of(RECOMPUTE_MODES, "recompute mode")
+
+
 class TrainingSection(_Section):
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     micro_batch: int = Field(gt=0, description="sequences per microbatch")
     dtype: Dtype = "bf16"
+    recompute: Recompute = Field("none", description="activation recomputation: none, selective (attention "
+                                                     "core, Korthikanti et al.), full (whole layer)")
 
     @property
     def dtype_bytes(self) -> int:

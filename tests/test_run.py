@@ -146,3 +146,20 @@ def test_strict_memory_refuses_a_run_that_does_not_fit(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"clustersim: error: {path}: cluster.gpu: memory: ") and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_full_recompute_adds_a_forward_to_each_backward_and_keeps_only_layer_inputs():
+    base = SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam").replace("vocab: 1000", "vocab: 1") \
+        .replace("300GB/s", "1e18").replace("1us", "0us").replace("numerics: {", "numerics: {enabled: false, ")
+    plain = simulate(load_scenario_text(base, "a.yaml")).summary
+    full = simulate(load_scenario_text(base.replace("micro_batch: 1}", "micro_batch: 1, recompute: full}"),
+                                       "b.yaml")).summary
+    # balanced stages, free links: step = (m + p - 1)(t_F + t_B) + t_OPT, and t_B grows by t_F
+    t_f = (24 * 256 * 512**2 + 4 * 256**2 * 512) / (312e12 * 0.5)  # one layer per stage, A100 at 50%
+    assert full["step_time_s"] - plain["step_time_s"] == pytest.approx(11 * t_f, rel=1e-3)
+    assert full["mfu"] < plain["mfu"]  # same model FLOPs, longer step
+    # activations per layer: 2sbh (Korthikanti et al. Table 2) instead of sbh(34 + 5as/h)
+    sbh = 256 * 1 * 512
+    drop = (sbh * (34 + 5 * 8 * 256 / 512) - 2 * sbh) * 4  # rank 0 holds 4 microbatches of 1 layer
+    assert (plain["memory_peak_bytes_per_rank"]["0"]["activations"]
+            - full["memory_peak_bytes_per_rank"]["0"]["activations"]) == pytest.approx(drop, rel=1e-12)

@@ -1,0 +1,25 @@
+"""Every bundled scenario opens with the question it answers, runs, and proves its numerics."""
+
+from pathlib import Path
+
+import pytest
+
+from sim.run import simulate
+from sim.scenario_loader import load_scenario
+
+SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+
+
+def test_there_are_scenarios():
+    assert SCENARIOS
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_bundled_scenario_runs_and_matches_one_device(path):
+    assert path.read_text().startswith("# "), "a scenario opens with a comment saying what it answers"
+    scenario = load_scenario(path)
+    summary = simulate(scenario).summary
+    assert summary["step_time_s"] > 0
+    if scenario.numerics.enabled:
+        assert summary["numerics_max_rel_err"] < 1e-10
+    assert not summary["memory_over_capacity_ranks"]
