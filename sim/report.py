@@ -37,7 +37,7 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
         plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
                    f"{sc.name}: utilisation of the hottest links", result.graph)
         plot_memory(result.memory, sc.gpu_spec.memory_bytes, tmp / "memory.png",
-                    f"{sc.name}: memory per rank (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})")
+                    f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})")
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
