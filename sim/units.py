@@ -138,15 +138,3 @@ def format_seconds(seconds: float) -> str:
         return "0 s"
     steps = [(1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")]
     return _scaled(seconds, steps, "s")
-
-
-def format_bandwidth(bandwidth_Bps: float) -> str:
-    """Decimal prefixes, as links are sold: 3e11 -> '300 GB/s'."""
-    steps = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
-    return _scaled(bandwidth_Bps, steps, "B/s")
-
-
-def format_flops(flops_per_s: float) -> str:
-    """3.12e14 -> '312 TFLOP/s'."""
-    steps = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")]
-    return _scaled(flops_per_s, steps, "FLOP/s")

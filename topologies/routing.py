@@ -32,12 +32,6 @@ class Router(Protocol):
         ...
 
 
-def shortest_path_route(graph: nx.DiGraph, src, dst) -> list[tuple]:
-    """Directed edges (u, v) from node src to node dst; empty when src == dst."""
-    nodes = nx.shortest_path(graph, src, dst)
-    return list(zip(nodes[:-1], nodes[1:]))
-
-
 def link_index(graph: nx.DiGraph) -> dict[tuple, int]:
     """(u, v) -> link id, the edge's position in list(graph.edges)."""
     return {edge: i for i, edge in enumerate(graph.edges)}
