@@ -25,11 +25,11 @@ from sim.records import EventLog, Span
 
 
 class _Done(simpy.Event):
-    """The end of an op others wait on; a compute op that ran ahead schedules it for its end time
-    (one event, where a timeout with a callback would take two)."""
+    """The end of an op others wait on, or a message's arrival; an op that ran ahead schedules it
+    for its end time (one event, where a timeout with a callback would take two)."""
 
-    def succeed_in(self, delay_s: float) -> None:
-        self._ok, self._value = True, None
+    def succeed_in(self, delay_s: float, value: object = None) -> None:
+        self._ok, self._value = True, value
         self.env.schedule(self, simpy.events.NORMAL, delay_s)
 
 
@@ -56,7 +56,7 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
     for rank in program.ranks:
         needed = sorted({dep for op in program.ops[rank] for dep in op.deps})
         finished[rank] = {label: _Done(env) for label in needed}
-    mailbox: dict[tuple[int, int, tuple], simpy.Event] = {}
+    mailbox: dict[tuple[int, int, tuple], _Done] = {}
     spans: list[Span] = []
     waiting: dict[tuple[int, str], tuple[str, str, str]] = {}  # what a stream is stuck on, worded on deadlock
 
@@ -77,18 +77,19 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             label=f"{op.stream}:{op.label}"))
         done.succeed(dict(zip(op.group, outputs)) if outputs is not None else {})
 
-    def letter(src: int, dst: int, tag: tuple) -> simpy.Event:
+    def letter(src: int, dst: int, tag: tuple) -> _Done:
         key = (src, dst, tag)
         if key not in mailbox:
-            mailbox[key] = env.event()
+            mailbox[key] = _Done(env)
         return mailbox[key]
 
     def walk(rank: int, stream: str, ops: list[Op]):
         """Run one stream's ops in order.
 
-        Compute ops run ahead: the stream keeps its own clock `t` and only yields to SimPy when it
-        must wait (a dependency not yet done by `t`, a message, the end), first catching SimPy's
-        clock up to `t`. A compute op's `done` event is scheduled for the time the op ends.
+        Ops run ahead: the stream keeps its own clock `t` and only yields to SimPy when it must
+        wait (a dependency or message not in by `t`, a transfer or collective, which work on
+        SimPy's clock, the end), first catching SimPy's clock up to `t`. An op's `done` event is
+        scheduled for the time the op ends.
         """
         t = env.now
         done_of = finished[rank]
@@ -112,30 +113,45 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
                 if done is not None:
                     done.succeed_in(t - env.now)
                 continue
-            if t > env.now:
-                yield env.timeout(t - env.now)
-            start = env.now
-            if isinstance(op, Collective):
-                waiting[(rank, stream)] = (label, "waits for", f"ranks {', '.join(map(str, op.group))} to join")
-                outputs = yield meet(rank, op)
+            start = t
+            if type(op) is Recv:  # runs ahead too when its message is already in
+                box = letter(op.peer, rank, op.tag)
+                if not box.processed:
+                    if t > env.now:
+                        yield env.timeout(t - env.now)
+                    if not box.processed:
+                        waiting[(rank, stream)] = (label, "waits for", f"SEND {label[5:]} from rank {op.peer}")
+                        yield box
+                    t = max(t, env.now)
                 if numerics is not None:
-                    numerics.collective_output(rank, op, outputs[rank])
-                spans.append(Span(rank, stream, label, op.kind.upper(), None, None, start, env.now, op.nbytes, 0.0))
-            elif isinstance(op, Send):
+                    numerics.receive(rank, op, box.value)
+                spans.append(Span(rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes, 0.0))
+            elif type(op) is Send and op.nbytes <= 0:  # a signal: no bandwidth, so it runs ahead too
                 payload = numerics.send_payload(rank, op) if numerics is not None else None
-                waiting[(rank, stream)] = (label, "in flight", "")
-                yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes,
-                                       f"{stream}:{label} r{rank}->r{op.peer}", letter(rank, op.peer, op.tag), payload)
-                spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
-            else:
-                waiting[(rank, stream)] = (label, "waits for", f"SEND {label[5:]} from rank {op.peer}")
-                payload = yield letter(op.peer, rank, op.tag)
-                if numerics is not None:
-                    numerics.receive(rank, op, payload)
-                spans.append(Span(rank, stream, label, "RECV", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
-            t = env.now
+                t += network.signal(rank_to_gpu[rank], rank_to_gpu[op.peer], t, f"{stream}:{label} r{rank}->r{op.peer}")
+                letter(rank, op.peer, op.tag).succeed_in(t - env.now, payload)
+                spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, t, 0.0, 0.0))
+            else:  # the network and collectives work on SimPy's clock: catch up first
+                if t > env.now:
+                    yield env.timeout(t - env.now)
+                start = env.now
+                if type(op) is Collective:
+                    waiting[(rank, stream)] = (label, "waits for", f"ranks {', '.join(map(str, op.group))} to join")
+                    outputs = yield meet(rank, op)
+                    if numerics is not None:
+                        numerics.collective_output(rank, op, outputs[rank])
+                    spans.append(Span(rank, stream, label, op.kind.upper(), None, None, start, env.now, op.nbytes, 0.0))
+                else:
+                    payload = numerics.send_payload(rank, op) if numerics is not None else None
+                    waiting[(rank, stream)] = (label, "in flight", "")
+                    yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes,
+                                           f"{stream}:{label} r{rank}->r{op.peer}", letter(rank, op.peer, op.tag),
+                                           payload)
+                    spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes,
+                                      0.0))
+                t = env.now
             if done is not None:
-                done.succeed()
+                done.succeed_in(t - env.now)
         if t > env.now:
             yield env.timeout(t - env.now)
         waiting.pop((rank, stream), None)

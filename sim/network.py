@@ -72,13 +72,19 @@ class Network:
     def transfer(self, src: int, dst: int, nbytes: float, label: str, done: simpy.Event | None = None,
                  payload: object = None) -> simpy.Event:
         """One message; `done` (a new event if not given) succeeds with `payload` when it lands."""
-        if nbytes <= 0:  # a signal: it takes no bandwidth, so nothing is re-shared; only latency
+        if nbytes <= 0:
             done = done or self.env.event()
-            latency_s = self._path_latency(src, dst)
-            self._done_records.append(FlowSpan(src, dst, (), self.env.now, self.env.now + latency_s, 0.0, label))
-            self.env.timeout(latency_s).callbacks.append(lambda _: done.succeed(payload))
+            self.env.timeout(self.signal(src, dst, self.env.now, label)).callbacks.append(
+                lambda _: done.succeed(payload))
             return done
         return self._start_group(np.array([src]), np.array([dst]), np.array([float(nbytes)]), label, done, payload)
+
+    def signal(self, src: int, dst: int, start_s: float, label: str) -> float:
+        """Record a zero-byte message sent at `start_s` (it takes no bandwidth, so nothing is
+        re-shared and it may be sent ahead of SimPy's clock); return its path latency."""
+        latency_s = self._path_latency(src, dst)
+        self._done_records.append(FlowSpan(src, dst, (), start_s, start_s + latency_s, 0.0, label))
+        return latency_s
 
     def _path_latency(self, src: int, dst: int) -> float:
         """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
