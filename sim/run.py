@@ -140,12 +140,13 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
                        seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype)
     placements = replica_placements(scenario)
+    full = scenario.training.recompute == "full"  # selective recompute changes no arithmetic of the shadow
     if p.dp == 1:
         return PipelineNumerics(cfg, p.num_stages, scenario.num_microbatches, n.micro_batch, placements[0],
-                                n.seed, n.optimizer, n.lr)
+                                n.seed, n.optimizer, n.lr, recompute_full=full)
     buckets = {s: len(bucket_sizes(weight_bytes(scenario, s), p.bucket)) for s in range(p.num_stages)}
     return DataParallelNumerics(cfg, placements, scenario.num_microbatches, n.micro_batch, n.seed, n.optimizer,
-                                n.lr, p.zero, buckets)
+                                n.lr, p.zero, buckets, recompute_full=full)
 
 
 def simulate(scenario: Scenario) -> RunResult:

@@ -163,3 +163,14 @@ def test_full_recompute_adds_a_forward_to_each_backward_and_keeps_only_layer_inp
     drop = (sbh * (34 + 5 * 8 * 256 / 512) - 2 * sbh) * 4  # rank 0 holds 4 microbatches of 1 layer
     assert (plain["memory_peak_bytes_per_rank"]["0"]["activations"]
             - full["memory_peak_bytes_per_rank"]["0"]["activations"]) == pytest.approx(drop, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero", [0, 3])
+def test_full_recompute_reruns_the_forward_and_still_matches_one_device(zero):
+    text = SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
+    text = text.replace("parallel: {pp: 2}", f"parallel: {{pp: 2, dp: 2, zero: {zero}}}")
+    text = text.replace("training: {global_batch: 4, micro_batch: 1}",
+                        "training: {global_batch: 8, micro_batch: 1, recompute: full}")
+    text = text.replace("gpus_per_node: 2", "gpus_per_node: 4")
+    result = simulate(load_scenario_text(text, "recompute.yaml"))
+    assert result.summary["numerics_max_rel_err"] < 1e-10

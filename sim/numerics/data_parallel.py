@@ -32,14 +32,15 @@ class DataParallelNumerics:
 
     def __init__(self, cfg: ShadowConfig, replicas: list[dict[int, int]], num_microbatches: int,
                  micro_batch_size: int, seed: int, optimizer: str, lr: float, zero: int,
-                 buckets: dict[int, int]):
+                 buckets: dict[int, int], recompute_full: bool = False):
         self.cfg, self.seed, self.optimizer, self.lr, self.zero = cfg, seed, optimizer, lr, zero
         self.dp = len(replicas)
         rows = num_microbatches * micro_batch_size
         self.tokens, self.targets = make_batch(cfg, seed, self.dp * rows)  # (dp*m*b, s)
         self.replicas = [
             PipelineNumerics(cfg, len(placement), num_microbatches, micro_batch_size, placement, seed, optimizer,
-                             lr, data=(self.tokens[d * rows:(d + 1) * rows], self.targets[d * rows:(d + 1) * rows]))
+                             lr, data=(self.tokens[d * rows:(d + 1) * rows], self.targets[d * rows:(d + 1) * rows]),
+                             recompute_full=recompute_full)
             for d, placement in enumerate(replicas)]
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = buckets

@@ -53,7 +53,7 @@ class PipelineNumerics:
 
     def __init__(self, cfg: ShadowConfig, num_stages: int, num_microbatches: int, micro_batch_size: int,
                  stage_to_rank: dict[int, int], seed: int, optimizer: str = "adam", lr: float = 1e-3,
-                 data: tuple[np.ndarray, np.ndarray] | None = None):
+                 data: tuple[np.ndarray, np.ndarray] | None = None, recompute_full: bool = False):
         """`data`: (tokens, targets), each (num_microbatches x micro_batch_size, seq_len), when the
         batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`."""
         if num_microbatches < 1 or micro_batch_size < 1:
@@ -72,7 +72,8 @@ class PipelineNumerics:
         self.lr = lr
         self.tokens, self.targets = data or make_batch(cfg, seed, num_microbatches * micro_batch_size)  # (m*b, s)
         params = init_params(cfg, seed)
-        self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches) for s in range(num_stages)]
+        self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full)
+                       for s in range(num_stages)]
         self.optimizers = [make_optimizer(optimizer, lr) for _ in range(num_stages)]
         self.stepped: set[int] = set()
         self.store: dict[int, dict[tuple, np.ndarray]] = {rank: {} for rank in sorted(set(stage_to_rank.values()))}

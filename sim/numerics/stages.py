@@ -44,7 +44,9 @@ class StageModel:
     """
 
     def __init__(self, cfg: ShadowConfig, stage: int, num_stages: int, params: dict[str, np.ndarray],
-                 num_microbatches: int):
+                 num_microbatches: int, recompute_full: bool = False):
+        """`recompute_full`: keep only each microbatch's input and run the forward again in the
+        backward (full activation recomputation), with the weights present at backward time."""
         self.cfg = cfg
         self.stage = stage
         self.num_stages = num_stages
@@ -56,7 +58,8 @@ class StageModel:
         self.grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         self.losses: dict[int, float] = {}
         self.backward_done: set[int] = set()
-        self._tapes: dict[int, list] = {}
+        self._tapes: dict[int, object] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
+        self.recompute_full = recompute_full
 
     def _where(self, mb: int) -> str:
         return f"stage {self.stage}, microbatch {mb}"
@@ -72,9 +75,9 @@ class StageModel:
             raise RuntimeError(f"{self._where(mb)}: forward run again after its backward")
         if self.is_last and targets is None:
             raise ValueError(f"{self._where(mb)}: the last stage needs the targets to compute the loss")
-        out, self._tapes[mb] = model_forward(
-            self.params, self.cfg, inp, self.layers, embed=self.is_first,
-            targets=targets if self.is_last else None)
+        out, tape = model_forward(self.params, self.cfg, inp, self.layers, embed=self.is_first,
+                                  targets=targets if self.is_last else None)
+        self._tapes[mb] = (inp, targets if self.is_last else None) if self.recompute_full else tape
         if self.is_last:
             self.losses[mb] = out
         return out
@@ -89,7 +92,11 @@ class StageModel:
             expected = "None (the loss seeds it)" if self.is_last else "the gradient from the next stage"
             raise ValueError(f"{self._where(mb)}: backward dout must be {expected}")
         seed = 1.0 / self.num_microbatches if self.is_last else dout
-        dinp, grads = model_backward(seed, self._tapes.pop(mb))
+        tape = self._tapes.pop(mb)
+        if self.recompute_full:  # run the forward again from the kept input
+            inp, targets = tape
+            _, tape = model_forward(self.params, self.cfg, inp, self.layers, embed=self.is_first, targets=targets)
+        dinp, grads = model_backward(seed, tape)
         for name, g in grads.items():
             self.grads[name] += g
         self.backward_done.add(mb)
