@@ -15,6 +15,7 @@ from schedules.ir import Compute, Program
 from schedules.data_parallel import add_data_parallel, bucket_sizes
 from schedules.layout import Layout
 from schedules.pipeline import build_program, rank_order, stage_ranks
+from schedules.tensor_parallel import add_tensor_parallel
 from schedules.validate import validate
 from sim import cost, metrics
 from sim.engine import run_program
@@ -65,35 +66,42 @@ def layout_of(scenario: Scenario) -> Layout:
     return Layout(p.dp, p.pp, p.tp, tuple(p.order))
 
 
+def pipelines_of(layout: Layout) -> list[tuple[int, ...]]:
+    """The ranks of every pipeline, one per (data-parallel replica, tensor-parallel shard)."""
+    return [layout.pp_group(d, t) for d in range(layout.dp) for t in range(layout.tp)]
+
+
 def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
-    """Stage -> rank for each data-parallel replica's pipeline: stage c x pp + r on the replica's
-    r-th pipeline rank (chunk c of v = parallel.virtual)."""
-    p, layout = scenario.parallel, layout_of(scenario)
+    """Stage -> rank for each pipeline: stage c x pp + r on the pipeline's r-th rank (chunk c of
+    v = parallel.virtual)."""
+    p = scenario.parallel
     local = stage_ranks(p.pp, p.virtual)
-    return [{stage: layout.pp_group(d, 0)[r] for stage, r in local.items()} for d in range(p.dp)]
+    return [{stage: ranks[r] for stage, r in local.items()} for ranks in pipelines_of(layout_of(scenario))]
 
 
-def stage_params(scenario: Scenario, stage: int) -> int:
-    """Parameters of one stage. There are pp x v stages of layers / (pp x v) layers each; stage 0
-    also holds the embeddings and the last stage (pp x v - 1, on rank pp - 1) the final layernorm
-    and LM head."""
+def stage_params(scenario: Scenario, stage: int) -> float:
+    """Parameters of one stage on one rank. There are pp x v stages of layers / (pp x v) layers
+    each; stage 0 also holds the embeddings and the last stage (pp x v - 1, on rank pp - 1) the
+    final layernorm and LM head; tensor parallelism splits all of it t ways (Megatron shards the
+    vocabulary too; the few replicated layernorm and bias parameters are counted split as well)."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     params = m.layers // num_stages * cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
     if stage == 0:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
     if stage == num_stages - 1:
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
-    return params
+    return params / scenario.parallel.tp
 
 
 def stage_forward_flops(scenario: Scenario, stage: int) -> float:
-    """Forward FLOPs of one stage for one microbatch (the last stage adds the LM head)."""
+    """Forward FLOPs of one stage for one microbatch on one rank (the last stage adds the LM
+    head; tensor parallelism splits the matmuls t ways)."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     b = scenario.training.micro_batch
     forward = m.layers // num_stages * cost.layer_forward_flops(b, m.seq_len, m.hidden, m.ffn, m.gated_mlp)
     if stage == num_stages - 1:
         forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
-    return forward
+    return forward / scenario.parallel.tp
 
 
 def weight_bytes(scenario: Scenario, stage: int) -> float:
@@ -102,23 +110,25 @@ def weight_bytes(scenario: Scenario, stage: int) -> float:
 
 
 def make_program(scenario: Scenario) -> Program:
-    """The validated per-rank op lists: one pipeline per data-parallel replica, then the data
-    parallel / ZeRO collectives."""
+    """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
+    shard), then the tensor-parallel and the data-parallel / ZeRO collectives."""
     p, m = scenario.parallel, scenario.model_spec
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
-    act_bytes = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
+    layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
                                                scenario.dtype_bytes)
+    act_bytes = layer_act / p.tp if p.sequence_parallel else layer_act  # sequence parallel: each rank's shard
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     t = scenario.training
     redo = m.layers // p.num_stages * cost.recompute_flops(t.micro_batch, m.seq_len, m.hidden, m.ffn, m.gated_mlp,
-                                                            t.recompute)
+                                                            t.recompute) / p.tp
     pipeline = build_program(order, scenario.num_microbatches, stage_ranks(p.pp, p.virtual), act_bytes,
                              forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s] + redo,
                              optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM)
     layout = layout_of(scenario)
-    replicas = [pipeline.relabel(dict(enumerate(layout.pp_group(d, 0)))) for d in range(p.dp)]
-    program = add_data_parallel(Program.merge(replicas), layout, lambda s: weight_bytes(scenario, s), p.zero,
-                                p.bucket)
+    replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)]
+    program = add_tensor_parallel(Program.merge(replicas), layout, m.layers // p.num_stages, layer_act,
+                                  p.sequence_parallel)
+    program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket)
     validate(program)
     return program
 
@@ -167,8 +177,8 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     p, m = scenario.parallel, scenario.model_spec
     static: dict[int, dict[str, float]] = {}
     activations: dict[int, dict[int, float]] = {}
-    per_layer = activation_bytes_per_layer(m.seq_len, scenario.training.micro_batch, m.hidden, m.heads,
-                                           recompute=scenario.training.recompute)
+    per_layer = activation_bytes_per_layer(m.seq_len, scenario.training.micro_batch, m.hidden, m.heads, t=p.tp,
+                                           sp=p.sequence_parallel, recompute=scenario.training.recompute)
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
             states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)

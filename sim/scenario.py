@@ -306,7 +306,9 @@ class TrainingSection(_Section):
 
 class ParallelSection(_Section):
     pp: int = Field(1, gt=0, description="pipeline-parallel stages")
-    tp: int = Field(1, gt=0, description="tensor-parallel ranks")
+    tp: int = Field(1, gt=0, description="tensor-parallel ranks (Megatron column/row split)")
+    sequence_parallel: bool = Field(False, description="split layernorm/dropout regions along the sequence: "
+                                                       "all-reduces become reduce-scatter + all-gather")
     dp: int = Field(1, gt=0, description="data-parallel replicas")
     virtual: int = Field(1, gt=0, description="virtual pipeline chunks per rank (interleaved schedule)")
     zero: int = Field(0, ge=0, le=3, description="ZeRO stage: 0 plain data parallel, 1 optimizer state, "
@@ -413,9 +415,12 @@ class Scenario(_Section):
                 f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
                 f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
                 f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"))
-        if p.tp != 1:
-            raise _FieldError("parallel.tp", f"{p.tp}: only 1 is simulated so far (tensor parallelism is not "
-                              "implemented yet)")
+        if p.tp > 1 and self.numerics.enabled:
+            raise _FieldError("numerics.enabled", f"the shadow model does not shard tensors yet, so parallel.tp "
+                              f"({p.tp}) > 1 is timed only: set numerics.enabled: false")
+        if p.sequence_parallel and p.tp == 1:
+            raise _FieldError("parallel.sequence_parallel", "needs parallel.tp > 1 (it splits the tensor-parallel "
+                              "group's sequence)")
         return self
 
     @property

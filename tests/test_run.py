@@ -174,3 +174,24 @@ def test_full_recompute_reruns_the_forward_and_still_matches_one_device(zero):
     text = text.replace("gpus_per_node: 2", "gpus_per_node: 4")
     result = simulate(load_scenario_text(text, "recompute.yaml"))
     assert result.summary["numerics_max_rel_err"] < 1e-10
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
+    """2 all-reduces of the (s, b, h) activation per layer in the forward and 2 in the backward
+    (Shoeybi et al. 2019); sequence parallelism sends the same as reduce-scatter + all-gather.
+    A ring all-reduce over t ranks sends 2 (t - 1)/t of the buffer from each."""
+    text = (SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
+            .replace("parallel: {pp: 2}", f"parallel: {{pp: 2, tp: 2, sequence_parallel: {str(sp).lower()}}}")
+            .replace("gpus_per_node: 2", "gpus_per_node: 4").replace("numerics: {", "numerics: {enabled: false, "))
+    summary = simulate(load_scenario_text(text, "tp.yaml")).summary
+    act = 256 * 1 * 512 * 2  # s x b x h x bf16
+    layers = 2  # per stage
+    per_op = 2 * (2 - 1) / 2 * 2 * layers * act
+    for rank in range(4):
+        assert summary["comm_bytes_sent_per_rank"][str(rank)]["tp"] == pytest.approx(4 * 2 * per_op, rel=1e-9)
+    # the matmuls are split two ways: each rank does half a stage's model FLOPs
+    one = simulate(load_scenario_text(SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
+                                      .replace("numerics: {", "numerics: {enabled: false, "), "a.yaml")).summary
+    assert summary["tflops_per_gpu"] * summary["step_time_s"] * 2 == pytest.approx(
+        one["tflops_per_gpu"] * one["step_time_s"], rel=1e-9)

@@ -150,10 +150,17 @@ def test_num_microbatches_divides_by_dp():
     assert s.num_microbatches == 4
 
 
-def test_rejects_tp_until_it_is_simulated():
-    """A valid tp=2 layout passes every sizing rule, then is refused rather than run wrongly."""
-    with pytest.raises(ScenarioError, match=r"^<string>: parallel\.tp: 2: only 1 is simulated so far"):
+def test_rejects_numerics_with_tp_until_the_shadow_model_shards():
+    """A valid tp=2 layout passes every sizing rule; its numerics are refused rather than faked."""
+    with pytest.raises(ScenarioError, match=r"^<string>: numerics\.enabled: the shadow model does not shard"):
         load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2)))
+    ok = load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2), ("numerics.enabled", False)))
+    assert ok.parallel.tp == 2
+
+
+def test_rejects_sequence_parallel_without_tp():
+    with pytest.raises(ScenarioError, match=r"^<string>: parallel\.sequence_parallel: needs parallel\.tp > 1"):
+        load_scenario_text(variant(("parallel.sequence_parallel", True)))
 
 
 def test_scenario_is_frozen():
