@@ -1,4 +1,6 @@
-"""Every bundled scenario opens with the question it answers, runs, and proves its numerics."""
+"""Every bundled scenario opens with the question it answers, runs, and proves its numerics.
+Big ones (more than 32 GPUs) run in a reduced mode: the fewest microbatches their schedule
+allows (pp for interleaved, 1 otherwise), same cluster, model and layout."""
 
 from pathlib import Path
 
@@ -14,10 +16,19 @@ def test_there_are_scenarios():
     assert SCENARIOS
 
 
+def reduced(scenario):
+    if scenario.num_gpus <= 32:
+        return scenario
+    p, t = scenario.parallel, scenario.training
+    microbatches = p.pp if scenario.schedule == "interleaved" else 1
+    training = t.model_copy(update={"global_batch": t.micro_batch * p.dp * microbatches})
+    return scenario.model_copy(update={"training": training})
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_bundled_scenario_runs_and_matches_one_device(path):
     assert path.read_text().startswith("# "), "a scenario opens with a comment saying what it answers"
-    scenario = load_scenario(path)
+    scenario = reduced(load_scenario(path))
     summary = simulate(scenario).summary
     assert summary["step_time_s"] > 0
     if scenario.numerics.enabled:

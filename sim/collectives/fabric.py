@@ -10,6 +10,7 @@ A graph without these is one flat fabric: no torus shape, no nodes.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import networkx as nx
@@ -29,10 +30,20 @@ class Fabric:
 FLAT = Fabric(kind=None, num_gpus=None, dims=None, node_of_gpu=None)
 
 
+_DESCRIBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> Fabric; a run asks per collective
+
+
 def describe(graph: nx.DiGraph | None) -> Fabric:
-    """The facts about `graph` the collectives use (FLAT when there is no graph)."""
+    """The facts about `graph` the collectives use (FLAT when there is no graph), worked out once
+    per graph (graphs are not changed after they are built)."""
     if graph is None:
         return FLAT
+    if graph not in _DESCRIBED:
+        _DESCRIBED[graph] = _describe(graph)
+    return _DESCRIBED[graph]
+
+
+def _describe(graph: nx.DiGraph) -> Fabric:
     attrs = graph.graph
     num_gpus = len(gpu_nodes(graph))
     axes = attrs.get(AXES)
