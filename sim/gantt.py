@@ -76,13 +76,15 @@ def phase_colours(phases: set[str]) -> dict[str, tuple[str, float]]:
     return styles
 
 
-def lane_layout(log: EventLog) -> list[tuple[int, str, float, float]]:
-    """(rank, stream, y_top, height) per lane, top to bottom; every rank has a compute lane."""
-    streams: dict[int, set[str]] = {r: {COMPUTE_STREAM} for r in range(log.num_ranks)}
-    for span in _drawn(log):
-        streams.setdefault(span.rank, {COMPUTE_STREAM}).add(span.stream)
+def lane_layout(log: EventLog, ranks: list[int] | None = None) -> list[tuple[int, str, float, float]]:
+    """(rank, stream, y_top, height) per lane, top to bottom, for `ranks` in that order (default:
+    every rank in rank order); every rank has a compute lane."""
+    shown = list(ranks) if ranks is not None else list(range(log.num_ranks))
+    streams: dict[int, set[str]] = {r: {COMPUTE_STREAM} for r in shown}
+    for span in _drawn(log, shown):
+        streams[span.rank].add(span.stream)
     lanes, y = [], 0.0
-    for rank in sorted(streams):
+    for rank in shown:
         for stream in sorted(streams[rank], key=stream_sort_key):
             height = COMPUTE_LANE_H if stream == COMPUTE_STREAM else COMM_LANE_H
             lanes.append((rank, stream, y, height))
@@ -91,8 +93,9 @@ def lane_layout(log: EventLog) -> list[tuple[int, str, float, float]]:
     return lanes
 
 
-def _drawn(log: EventLog) -> list[Span]:
-    return [span for span in log.spans if span.phase not in HIDDEN_PHASES]
+def _drawn(log: EventLog, ranks: list[int] | None = None) -> list[Span]:
+    keep = set(ranks) if ranks is not None else None
+    return [span for span in log.spans if span.phase not in HIDDEN_PHASES and (keep is None or span.rank in keep)]
 
 
 def _lane_label(rank: int, stream: str) -> str:
@@ -106,9 +109,10 @@ def _box(span: Span, y_top: float, height: float, scale: float) -> list[tuple[fl
     return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
 
 
-def plot_gantt(log: EventLog, path: str | Path, title: str) -> None:
-    """Write a PNG Gantt chart of `log` to `path` (see the module docstring for the layout)."""
-    lanes = lane_layout(log)
+def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | None = None) -> None:
+    """Write a PNG Gantt chart of `log` to `path` (see the module docstring for the layout), of
+    `ranks` only, in that order, when given."""
+    lanes = lane_layout(log, ranks)
     total_h = lanes[-1][2] + lanes[-1][3] if lanes else 1.0
     fig_h = min(MAX_FIG_H_IN, max(3.0, total_h * INCH_PER_UNIT + 1.15))
     fig = Figure(figsize=(FIG_W_IN, fig_h), dpi=DPI)
@@ -122,7 +126,7 @@ def plot_gantt(log: EventLog, path: str | Path, title: str) -> None:
     x_max = max(makespan * scale, 1e-12) * 1.01
     lane_of = {(rank, stream): (y, h) for rank, stream, y, h in lanes}
 
-    spans = _drawn(log)
+    spans = _drawn(log, ranks)
     styles = phase_colours({s.phase for s in spans})
     verts: dict[str, list] = {p: [] for p in styles}
     for span in spans:

@@ -15,6 +15,7 @@ from sim.run import RunResult
 from sim.table import format_table
 from sim.trace import write_trace
 
+GANTT_MAX_RANKS = 32
 OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "program.txt")
 
 
@@ -32,7 +33,12 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
         sc = result.scenario
         title = (f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
                  f"step {result.summary['step_time_s'] * 1e3:.2f} ms")
-        plot_gantt(result.log, tmp / "gantt.png", title)
+        ranks = None
+        if result.log.num_ranks > GANTT_MAX_RANKS:  # one pipeline, in stage order, stays readable
+            placement = result.program.stage_to_rank
+            ranks = list(dict.fromkeys(placement[stage] for stage in sorted(placement)))
+            title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
+        plot_gantt(result.log, tmp / "gantt.png", title, ranks)
         write_trace(result.log, tmp / "trace.json")
         plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
                    f"{sc.name}: utilisation of the hottest links", result.graph)

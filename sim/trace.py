@@ -89,10 +89,19 @@ def _rank_events(log: EventLog) -> tuple[list[dict], list[dict]]:
     return meta, events
 
 
+MAX_FLOW_EVENTS = 200_000  # beyond this the network lanes would swamp the trace (and Perfetto)
+
+
 def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
-    """Metadata and one "X" event per (flow, link on its route): one process, a thread per link lane."""
+    """Metadata and one "X" event per (flow, link on its route): one process, a thread per link
+    lane. A run with more than MAX_FLOW_EVENTS of them leaves the network out and names the
+    process so: links.png and summary.json still describe the links."""
     if not log.flows:
         return [], []
+    if sum(len(flow.links) for flow in log.flows) > MAX_FLOW_EVENTS:
+        net = rank_pid(log.num_ranks)
+        return [_meta(net, 0, "process_name", f"network: {len(log.flows)} flows left out (over "
+                      f"{MAX_FLOW_EVENTS} flow x link events; see links.png)")], []
     net = rank_pid(log.num_ranks)
     lanes = link_lanes(log.flows)
     used = sorted({(link, lane) for (_, link), lane in lanes.items()})

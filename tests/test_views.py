@@ -147,3 +147,12 @@ def test_format_table_aligns_numbers_right_and_text_left():
         "1f1b             1.50   25.0%\n"
         "interleaved     12.25       -"
     )
+
+
+def test_trace_leaves_out_the_network_when_it_would_swamp_the_trace(monkeypatch):
+    import sim.trace as trace
+    log = small_log()
+    monkeypatch.setattr(trace, "MAX_FLOW_EVENTS", 0)
+    events = chrome_trace(log)["traceEvents"]
+    assert sum(1 for e in events if e["ph"] == "X") == len(log.spans)
+    assert any("flows left out" in str(e.get("args", {}).get("name", "")) for e in events)
