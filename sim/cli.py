@@ -18,10 +18,13 @@ from sim.scenario_loader import load_scenario
 def _run(args: argparse.Namespace) -> int:
     from sim.memory import capacity_message
     from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
-    from sim.run import simulate
+    from sim.progress import op_progress
+    from sim.run import make_program, simulate
 
     scenario = load_scenario(args.scenario)
-    result = simulate(scenario)
+    program = make_program(scenario)
+    with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:
+        result = simulate(scenario, on_progress, program)
     over = capacity_message(result.summary["memory_peak_bytes_per_rank"], result.summary["memory_capacity_bytes"])
     if over and args.strict_memory:
         raise ScenarioError(args.scenario, "cluster.gpu", f"{over} (--strict-memory)")

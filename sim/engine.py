@@ -47,10 +47,17 @@ class Numerics(Protocol):
     def collective_output(self, rank: int, op: Collective, result: object) -> None: ...
 
 
+PROGRESS_EVERY = 4096  # ops between two calls of `on_progress`
+
+
 def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
-                rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None) -> EventLog:
-    """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck."""
+                rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None,
+                on_progress: Callable[[int], None] | None = None) -> EventLog:
+    """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck.
+    `on_progress(ops done)` is called every PROGRESS_EVERY ops and at the end (a progress bar's
+    hook; the engine itself prints nothing)."""
     env = network.env
+    report_at = [PROGRESS_EVERY]
     rank_to_gpu = rank_to_gpu or {rank: rank for rank in program.ranks}
     finished: dict[int, dict[str, simpy.Event]] = {}  # rank -> label -> done event, for ops others wait on
     for rank in program.ranks:
@@ -94,6 +101,9 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
         t = env.now
         done_of = finished[rank]
         for op in ops:
+            if on_progress is not None and len(spans) >= report_at[0]:
+                report_at[0] += PROGRESS_EVERY
+                on_progress(len(spans))
             label = op.label
             for dep in op.deps:
                 event = done_of[dep]
@@ -164,6 +174,8 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             waiting[(rank, stream)] = ("", "not started", "")
             env.process(walk(rank, stream, ops))
     env.run()
+    if on_progress is not None:
+        on_progress(len(spans))
     if waiting:
         blocked = "; ".join(f"rank {r} {s}: {' '.join(p for p in what if p)}" for (r, s), what in sorted(waiting.items()))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")

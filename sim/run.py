@@ -159,13 +159,15 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
                                 n.lr, p.zero, buckets, recompute_full=full)
 
 
-def simulate(scenario: Scenario) -> RunResult:
-    """Build, run and post-process one scenario."""
-    program = make_program(scenario)
+def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,
+             program: Program | None = None) -> RunResult:
+    """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
+    `program`: one already made by make_program)."""
+    program = program or make_program(scenario)
     graph = build_topology(scenario)
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
-    log = run_program(program, network, compute_time_fn(scenario), numerics=numerics)
+    log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress)
     memory = memory_of(scenario, log)
     summary = summarize(scenario, log, memory, numerics.finish() if numerics else None)
     return RunResult(scenario, program, graph, log, memory, summary)

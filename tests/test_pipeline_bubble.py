@@ -87,3 +87,15 @@ def test_interleaved_holds_its_warmup_plus_one_chunks_in_flight(p, v, m):
     counted per (microbatch, chunk), never more than all v m of them."""
     want = [min(2 * (p - r - 1) + (v - 1) * p + 1, v * m) for r in range(p)]
     assert peak_inflight_microbatches_per_rank(run_free_comm("interleaved", p, m, v)) == want
+
+
+def test_progress_hook_counts_every_op_up_to_the_total():
+    import sim.engine as engine
+    program = build_program(rank_order("1f1b", 4, 64), 64, stage_ranks(4), 0.0,
+                            forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0)
+    seen = []
+    network = Network(simpy.Environment(), switch(4, 1e9, 0.0))
+    run_program(program, network, compute_time_s=lambda op: op.flops, on_progress=seen.append)
+    total = sum(len(ops) for ops in program.ops.values())
+    assert seen == sorted(seen) and seen[-1] == total
+    assert len(seen) >= total // engine.PROGRESS_EVERY
