@@ -5,7 +5,7 @@ Cases: 512 GPUs (261,632 flows) on torus:8x8x8 and on a 64-node fat tree; 1,024 
 adaptive load balance (ideal spraying: a few re-shares) and with static per-flow ECMP hashing,
 whose collisions give thousands of distinct rates and finish times, so thousands of re-shares.
 Prints wall seconds (routing included), re-shares, flows re-shared per second (sum over
-re-shares of the flows in flight, per wall second) and the simulated time.
+re-shares of the flows given new rates, per wall second) and the simulated time.
 
     python bench/network.py [--only SPEC]
 """

@@ -40,6 +40,7 @@ class ActiveFlows:
         self.count = np.zeros(num_links, dtype=np.int64)  # living flows per link
         self.load = np.zeros(num_links)  # sum of living flows' rates per link
         self.num_alive = 0
+        self.last_refilled = 0  # flows the last fill worked on (a speed measure)
 
     def pairs_of(self, flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(link ids, owning flow's position in `flows`) of every (flow, link) pair of `flows`."""
@@ -68,17 +69,40 @@ class ActiveFlows:
         """Finish times of `flows` at their (new) rates."""
         self.finish_at[flows] = now + np.maximum(self.remaining[flows], 0.0) / self.rate[flows]
 
-    def fill_all(self, now: float) -> None:
-        """Max-min rates for every living flow from scratch (after flows were added)."""
-        living = np.flatnonzero(self.alive)
-        self._drain(living, now)
-        self.rate[:] = 0.0
-        frozen = ~self.alive
-        fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows, self.capacity_Bps.astype(float),
-             self.count.astype(float), frozen, self.rate)
-        self.load = np.bincount(self.flow_links, weights=np.repeat(self.rate, row_lengths(self.flow_ptr)),
-                                minlength=len(self.count))
-        self._plan(living, now)
+    def component(self, seeds: np.ndarray) -> np.ndarray:
+        """The living flows connected to `seeds` through shared links (breadth-first over the
+        incidence, a frontier at a time). Max-min rates of flows outside it cannot change when
+        flows inside it start."""
+        if len(seeds) == self.num_alive:  # the seeds are everything in flight
+            return seeds
+        inside = np.zeros(len(self.alive), dtype=bool)
+        inside[seeds] = True
+        seen = np.zeros(len(self.count), dtype=bool)
+        frontier = seeds
+        while len(frontier):
+            links = np.unique(self.flow_links[concat_ranges(self.flow_ptr[frontier], self.flow_ptr[frontier + 1])])
+            links = links[~seen[links]]
+            seen[links] = True
+            flows = self.link_flows[concat_ranges(self.link_ptr[links], self.link_ptr[links + 1])]
+            frontier = np.unique(flows[self.alive[flows] & ~inside[flows]])
+            inside[frontier] = True
+        return np.flatnonzero(inside)
+
+    def fill_component(self, seeds: np.ndarray, now: float) -> None:
+        """Max-min rates for the component of `seeds` (new flows) from scratch; the rest keep theirs."""
+        refill = self.component(seeds)
+        self._drain(refill, now)
+        links, of = self.pairs_of(refill)
+        num_links = len(self.count)
+        self.load -= np.bincount(links, weights=self.rate[refill][of], minlength=num_links)
+        self.rate[refill] = 0.0
+        frozen = np.ones(len(self.alive), dtype=bool)
+        frozen[refill] = False
+        fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows, np.maximum(self.capacity_Bps - self.load, 0.0),
+             np.bincount(links, minlength=num_links).astype(float), frozen, self.rate)
+        self.load += np.bincount(links, weights=self.rate[refill][of], minlength=num_links)
+        self._plan(refill, now)
+        self.last_refilled = len(refill)
 
     def finish(self, gone: np.ndarray, now: float) -> None:
         """Mark flows `gone` (indices) dead and re-fill only the flows whose rate may change."""
@@ -104,6 +128,7 @@ class ActiveFlows:
              np.bincount(refill_links, minlength=num_links).astype(float), frozen, self.rate)
         self.load += np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
         self._plan(refill, now)
+        self.last_refilled = len(refill)
         if len(self.alive) > 64 and self.num_alive < len(self.alive) // 2:
             self._sweep()
 

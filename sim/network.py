@@ -1,8 +1,9 @@
 """Flow-level network: every message is a flow on a routed path; links are shared max-min fairly.
 
 State is held as arrays over the active flows (sim.flows), so a re-share of a million flows is a
-handful of numpy passes (sim.maxmin). Rates are re-shared whenever flows start (a full fill) or
-finish (only the flows at or above the slowest finisher's rate are filled again). A message of M bytes on a path with latencies l_i is delivered at (the time its
+handful of numpy passes (sim.maxmin). Rates are re-shared whenever flows start (the flows
+connected to them through shared links are filled again) or finish (only the flows at or above
+the slowest finisher's rate are). A message of M bytes on a path with latencies l_i is delivered at (the time its
 last byte leaves, given the rates it got) + sum(l_i): latency is paid once per message.
 
 Messages are started in groups (`transfer_many`; `transfer` is a group of one); a group's event
@@ -63,7 +64,7 @@ class Network:
         self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
         self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, load B/s) after each re-share
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
-        self.flows_reshared = 0  # sum over re-shares of the flows in flight (a speed measure)
+        self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple | FlowSpan] = []  # finish batches as arrays, or single signals
         self._latency_cache: dict[tuple[int, int], float] = {}
 
@@ -128,11 +129,12 @@ class Network:
         self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], row_lengths(ptr)),
                                        minlength=self.num_links)
         n = int(moving.sum())
+        first = len(self._flows.alive)
         self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
                         src=src[moving], dst=dst[moving], group=np.full(n, gid))
-        self._flows.fill_all(now)
+        self._flows.fill_component(np.arange(first, first + n), now)
         self.reshares += 1
-        self.flows_reshared += self._flows.num_alive
+        self.flows_reshared += self._flows.last_refilled
         self._after_fill()
         return group.done
 
@@ -170,9 +172,9 @@ class Network:
         finished_groups = flows.group[finished]
         self._record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
                      flows.nbytes[finished], finished_groups, ptr, links)
-        self.reshares += 1
-        self.flows_reshared += flows.num_alive
         flows.finish(finished, self.env.now)
+        self.reshares += 1
+        self.flows_reshared += flows.last_refilled
         for gid in np.unique(finished_groups).tolist():
             group = self._groups[gid]
             mine = finished_groups == gid

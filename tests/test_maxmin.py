@@ -79,3 +79,19 @@ def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
     unfrozen_on = np.bincount(links[~on_kept], minlength=len(capacity)).astype(float)
     fill(ptr, links, link_ptr, link_flows, residual, unfrozen_on, keep.copy(), resumed)
     np.testing.assert_allclose(resumed, fresh, rtol=1e-9)
+
+
+def test_component_follows_shared_links_transitively():
+    from sim.flows import ActiveFlows
+    flows = ActiveFlows(np.ones(5))
+    paths = [[0, 1], [1, 2], [3], [2, 4]]  # 0-1 share link 1, 1-3 share link 2; flow 2 stands alone
+    ptr = np.zeros(5, dtype=np.int64)
+    np.cumsum([len(p) for p in paths], out=ptr[1:])
+    n = len(paths)
+    flows.add(ptr, np.array([l for p in paths for l in p]), nbytes=np.ones(n), latency=np.zeros(n),
+              start=np.zeros(n), src=np.zeros(n, np.int64), dst=np.ones(n, np.int64), group=np.zeros(n, np.int64))
+    assert flows.component(np.array([0])).tolist() == [0, 1, 3]
+    assert flows.component(np.array([2])).tolist() == [2]
+    flows.fill_component(np.arange(n), 0.0)
+    fresh = rates_for(paths, [1.0] * 5)
+    np.testing.assert_allclose(flows.rate, fresh)
