@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.links_plot import utilisation_matrix
 from sim.network import Network
@@ -80,3 +82,50 @@ def test_link_statistics():
     # the time-binned utilisation integrates back to the bytes moved
     matrix = utilisation_matrix(stats, np.array([into2]), net.env.now, bins=7)
     assert matrix.sum() * net.env.now / 7 * B == pytest.approx(2e9, rel=1e-9)
+
+
+def check_max_min(flows) -> None:
+    """Every re-share: no link over capacity; every living flow crosses a saturated link on
+    which no flow gets a higher rate (the max-min condition)."""
+    living = np.flatnonzero(flows.alive)
+    load = np.zeros(len(flows.capacity_Bps))
+    paths = {f: flows.flow_links[flows.flow_ptr[f]:flows.flow_ptr[f + 1]] for f in living}
+    for f, links in paths.items():
+        load[links] += flows.rate[f]
+    assert (load <= flows.capacity_Bps * (1 + 1e-9)).all()
+    best_on = np.zeros(len(load))
+    for f, links in paths.items():
+        best_on[links] = np.maximum(best_on[links], flows.rate[f])
+    for f, links in paths.items():
+        saturated = load[links] >= flows.capacity_Bps[links] * (1 - 1e-9)
+        assert (saturated & (flows.rate[f] >= best_on[links] * (1 - 1e-9))).any(), f
+
+
+@st.composite
+def traffic(draw):
+    n = draw(st.integers(3, 6))
+    messages = draw(st.lists(st.tuples(st.floats(0, 5e-3), st.integers(0, n - 1), st.integers(0, n - 1),
+                                       st.floats(1e6, 1e9)), min_size=1, max_size=25))
+    return n, messages
+
+
+@settings(max_examples=60, deadline=None)
+@given(traffic(), st.sampled_from(["ring", "switch", "fattree"]))
+def test_every_reshare_is_max_min_fair(case, kind):
+    from topologies.fattree import fat_tree
+    from topologies.ring import ring
+    n, messages = case
+    graph = {"ring": lambda: ring(n, B, LAT), "switch": lambda: switch(n, B, LAT),
+             "fattree": lambda: fat_tree(n, 1, leaf_radix=2, latency_s=LAT)}[kind]()
+    net = Network(simpy.Environment(), graph)
+    checked = []
+    original = net._after_fill
+
+    def checked_fill():
+        check_max_min(net._flows)
+        checked.append(1)
+        original()
+    net._after_fill = checked_fill
+    times = landing_times(net, messages)
+    assert len(times) == len(messages)
+    assert checked or all(src == dst for _, src, dst, _ in messages)
