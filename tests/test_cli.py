@@ -45,6 +45,16 @@ BAD_INPUTS = [
     ("yaml_syntax", GOOD.replace("nodes: 1", "nodes: [1"), "-", "invalid YAML at line"),
     ("not_a_mapping", "- just\n- a list\n", "-", "top level must be a mapping"),
     ("missing_file", None, "-", "no such file"),
+    ("zero_stage_out_of_range", GOOD.replace("  dp: 1", "  dp: 1\n  zero: 4"), "parallel.zero", "<= 3"),
+    ("layout_order_repeats_an_axis", GOOD.replace("  dp: 1", "  dp: 1\n  order: [dp, dp, tp]"), "parallel.order",
+     "must name dp, pp and tp once each"),
+    ("zero_bucket", GOOD.replace("  dp: 1", "  dp: 1\n  bucket: 0MB"), "parallel.bucket", "> 0"),
+    ("heads_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 3").replace("gpus_per_node: 4", "gpus_per_node: 12"),
+     "parallel.tp", r"3 does not divide model.heads \(16\)"),
+    ("sequence_parallel_without_tp", GOOD.replace("  dp: 1", "  dp: 1\n  sequence_parallel: true"),
+     "parallel.sequence_parallel", "needs parallel.tp > 1"),
+    ("numerics_with_tp", GOOD.replace("  tp: 1", "  tp: 2").replace("gpus_per_node: 4", "gpus_per_node: 8"),
+     "numerics.enabled", "does not shard tensors yet"),
 ]
 
 
