@@ -102,9 +102,11 @@ def _lane_label(rank: int, stream: str) -> str:
     return f"rank {rank}" if stream == COMPUTE_STREAM else f"r{rank} {stream}"
 
 
-def _box(span: Span, y_top: float, height: float, scale: float) -> list[tuple[float, float]]:
+def _box(span: Span, y_top: float, height: float, scale: float, min_width: float) -> list[tuple[float, float]]:
+    """A span's rectangle, at least `min_width` wide (about a pixel) so short messages still show."""
     pad = 0.08 if height >= COMPUTE_LANE_H else 0.12
-    x0, x1 = span.start_s * scale, span.end_s * scale
+    x0 = span.start_s * scale
+    x1 = max(span.end_s * scale, x0 + min_width)
     y0, y1 = y_top + pad, y_top + height - pad
     return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
 
@@ -131,7 +133,7 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
     verts: dict[str, list] = {p: [] for p in styles}
     for span in spans:
         y, h = lane_of[(span.rank, span.stream)]
-        verts[span.phase].append(_box(span, y, h, scale))
+        verts[span.phase].append(_box(span, y, h, scale, x_max / (FIG_W_IN * DPI)))
     edge_lw = _edge_width(log, ax, x_max / scale)
     for phase, (colour, alpha) in styles.items():
         edge = "none" if phase in ("SEND", "RECV") or edge_lw == 0.0 else "#222222"
