@@ -29,6 +29,8 @@ from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
+PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
+PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
 class _Group:
@@ -67,6 +69,7 @@ class Network:
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple | FlowSpan] = []  # finish batches as arrays, or single signals
         self._latency_cache: dict[tuple[int, int], float] = {}
+        self._pattern_cache: dict[tuple[bytes, bytes], tuple] = {}
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -86,6 +89,26 @@ class Network:
         latency_s = self._path_latency(src, dst)
         self._done_records.append(FlowSpan(src, dst, (), start_s, start_s + latency_s, 0.0, label))
         return latency_s
+
+    def _routes_of(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
+        """(CSR of the routed messages' links, every message's path latency), cached by the
+        (src, dst) pattern: a collective repeats the same few patterns step after step."""
+        if len(src) > PATTERN_MAX_MESSAGES:  # a one-off bulk (an all-to-all): not worth keeping
+            return self._route(src, dst, routed)
+        key = (src.tobytes(), dst.tobytes())
+        if key not in self._pattern_cache:
+            if len(self._pattern_cache) >= PATTERN_CACHE_SIZE:
+                self._pattern_cache.clear()
+            self._pattern_cache[key] = self._route(src, dst, routed)
+        return self._pattern_cache[key]
+
+    def _route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
+        ptr, links = (self.router.route_many(src[routed], dst[routed]) if routed.any()
+                      else (np.zeros(1, np.int64), np.zeros(0, np.int64)))
+        latency = np.zeros(len(src))
+        if len(links):
+            latency[routed] = np.add.reduceat(self.latency_s[links], ptr[:-1])
+        return ptr, links, latency
 
     def _path_latency(self, src: int, dst: int) -> float:
         """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
@@ -107,11 +130,7 @@ class Network:
         gid = len(self._labels)
         self._labels.append(label)
         routed = src != dst
-        ptr, links = (self.router.route_many(src[routed], dst[routed]) if routed.any()
-                      else (np.zeros(1, np.int64), np.zeros(0, np.int64)))
-        latency = np.zeros(len(src))
-        if len(links):
-            latency[routed] = np.add.reduceat(self.latency_s[links], ptr[:-1])
+        ptr, links, latency = self._routes_of(src, dst, routed)
         moving = routed & (nbytes > 0)
         ptr, links = _sub_csr(ptr, links, moving[routed])
         # zero-byte messages still pay the path latency; a message to oneself pays nothing
