@@ -32,11 +32,6 @@ class GpuSpec:
     hbm_bandwidth_Bps: float  # HBM bytes/s
     efficiency: float = DEFAULT_EFFICIENCY  # achievable fraction of peak_flops, 0 < e <= 1
 
-    @property
-    def achievable_flops(self) -> float:
-        """FLOP/s the cost model divides by: peak x efficiency."""
-        return self.peak_flops * self.efficiency
-
 
 _SPECS = (
     # NVIDIA A100 Tensor Core GPU datasheet, "A100 80GB SXM" column:

@@ -114,8 +114,7 @@ class Network:
         """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
         key = (src, dst)
         if key not in self._latency_cache:
-            _, links = self.router.route_many(np.array([src]), np.array([dst])) if src != dst else (None, [])
-            self._latency_cache[key] = float(self.latency_s[links].sum()) if len(links) else 0.0
+            self._latency_cache[key] = float(self._route(np.array([src]), np.array([dst]), np.array([src != dst]))[2][0])
         return self._latency_cache[key]
 
     def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:

@@ -22,10 +22,6 @@ class ModelSpec:
     vocab: int
     gated_mlp: bool = False
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
 
 MODELS: dict[str, ModelSpec] = {
     # GPT-3 XL, Brown et al. 2020, "Language Models are Few-Shot Learners" (arXiv:2005.14165),

@@ -130,11 +130,3 @@ def format_bytes(nbytes: float) -> str:
     """Binary prefixes, as memory is sized: 85899345920 -> '80 GiB', 1536 -> '1.5 KiB'."""
     steps = [(2.0**40, "Ti"), (2.0**30, "Gi"), (2.0**20, "Mi"), (2.0**10, "Ki"), (1.0, "")]
     return _scaled(nbytes, steps, "B")
-
-
-def format_seconds(seconds: float) -> str:
-    """1.5e-6 -> '1.5 us', 0.0032 -> '3.2 ms', 2.0 -> '2 s', 0 -> '0 s'."""
-    if seconds == 0:
-        return "0 s"
-    steps = [(1.0, ""), (1e-3, "m"), (1e-6, "u"), (1e-9, "n")]
-    return _scaled(seconds, steps, "s")

@@ -22,7 +22,7 @@ from topologies.routing import (DimensionOrderRouter, EcmpRouter, ShortestPathRo
 from topologies.schema import BANDWIDTH, KIND, check_schema, gpu_nodes
 from topologies.spec import parse_spec
 from topologies.switch import switch
-from topologies.torus import mesh, torus, torus_distance
+from topologies.torus import check_axes, mesh, torus
 
 BW, LAT = 100e9, 1e-6
 
@@ -196,6 +196,18 @@ def test_builders_reject_bad_sizes(build, match):
 
 
 # --- dimension-order routing --------------------------------------------------------------------
+
+
+
+def torus_distance(src: np.ndarray, dst: np.ndarray, axes, wrap: bool = True) -> np.ndarray:
+    """Hops between GPU indices: sum over axes of min(d, k - d) on a torus, |d| on a mesh."""
+    axes = check_axes(axes)
+    cs, cd = np.unravel_index(np.asarray(src), axes), np.unravel_index(np.asarray(dst), axes)
+    total = np.zeros(np.shape(src), dtype=np.int64)
+    for a, k in enumerate(axes):
+        d = np.abs(cd[a] - cs[a])
+        total += np.minimum(d, k - d) if wrap else d
+    return total
 
 
 @pytest.mark.parametrize("axes", [(6,), (4, 4), (3, 4, 5), (4, 2, 6), (2, 2, 2)])

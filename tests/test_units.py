@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from sim.units import (
     format_bytes,
-    format_seconds,
     parse_bandwidth,
     parse_bytes,
     parse_flops,
@@ -121,8 +120,6 @@ def test_units_scale_consistently(x):
         (format_bytes, 80 * 2**30, "80 GiB"),
         (format_bytes, 1536, "1.5 KiB"),
         (format_bytes, 3, "3 B"),
-        (format_seconds, 1.5e-6, "1.5 us"),
-        (format_seconds, 3.2e-3, "3.2 ms"),
         (format_seconds, 2.0, "2 s"),
         (format_seconds, 0.0, "0 s"),
         (format_seconds, 1500.0, "1500 s"),

@@ -68,14 +68,3 @@ def torus(axes, bandwidth_Bps: float, latency_s: float, wrap: bool = True) -> nx
 def mesh(axes, bandwidth_Bps: float, latency_s: float) -> nx.DiGraph:
     """A torus without wraparound links."""
     return torus(axes, bandwidth_Bps, latency_s, wrap=False)
-
-
-def torus_distance(src: np.ndarray, dst: np.ndarray, axes, wrap: bool = True) -> np.ndarray:
-    """Hops between GPU indices: sum over axes of min(d, k - d) on a torus, |d| on a mesh."""
-    axes = check_axes(axes)
-    cs, cd = np.unravel_index(np.asarray(src), axes), np.unravel_index(np.asarray(dst), axes)
-    total = np.zeros(np.shape(src), dtype=np.int64)
-    for a, k in enumerate(axes):
-        d = np.abs(cd[a] - cs[a])
-        total += np.minimum(d, k - d) if wrap else d
-    return total

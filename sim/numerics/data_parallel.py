@@ -45,7 +45,6 @@ class DataParallelNumerics:
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = buckets
         self.shard_optimizers: dict[tuple[int, int], object] = {}  # (rank, stage) -> optimizer of its chunks
-        self.stepped: set[tuple[int, int]] = set()
         self.gathered: dict[tuple[int, str], np.ndarray] = {}  # ZeRO 3: (rank, consumer op) -> full weights
         if zero == 3:
             for rank, d in self.replica_of.items():
@@ -169,7 +168,6 @@ class DataParallelNumerics:
             optimizer.step(chunk, {f"b{b}": grads[a:z]})
             params[a:z] = chunk[f"b{b}"]
         self._unflat(params, stage_model.params)
-        self.stepped.add(key)
 
     def finish(self) -> dict:
         """Every replica's weights (ZeRO 3: put together from every rank's chunks) against one
