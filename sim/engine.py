@@ -1,19 +1,29 @@
-"""The SimPy engine: one process per (rank, stream) walks its ops in order.
+"""The engine: one walker per (rank, stream) runs its ops in order over SimPy's clock and network.
 
 A compute op holds its stream for its cost-model time. A send waits for its dependencies, then
 hands its bytes to the network and finishes when they are delivered (eager: the receiver need
 not be ready; the message waits in the receiver's mailbox). A receive finishes when its message
 is in the mailbox. A collective starts when the last member of its group reaches it (a
 rendezvous), runs its algorithm over the network (sim.collectives) moving the members' real
-buffers, and finishes on every member at once. `deps` are waited on through one SimPy event per op that something depends on.
+buffers, and finishes on every member at once.
 
-Tie-break rule: SimPy runs events scheduled for the same time in the order they were scheduled;
-processes are created in (rank, stream first appearance) order, so one Program gives one record.
+Walkers run ahead: each keeps its own clock and touches SimPy only where SimPy's clock matters
+(transfers and collectives, which first catch SimPy up to the walker's clock). Waiting for another
+op (a dependency or a message) is a `_Done` with a known time: a walker that finds it already
+known just moves its clock; one that must wait parks on it and is woken, through a FIFO ready
+queue, the moment the producer knows the time. So a pipeline's many small waits cost a list
+append and a generator resume each, not an event through SimPy's heap.
+
+Tie-break rule: walkers start in (rank, stream first appearance) order, the ready queue is FIFO
+and SimPy runs same-time events in the order they were scheduled, so one Program gives one record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections import defaultdict, deque
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
 from typing import Protocol
 
 import simpy
@@ -23,14 +33,44 @@ from sim.collectives.run import run_collective
 from sim.network import Network
 from sim.records import EventLog, Span
 
+class _Done:
+    """The end of an op others wait on, or a message's arrival: its time `at` (None until known),
+    a value (a message's payload) and the walkers waiting for it. Not a SimPy event: the time is
+    known when the producer reaches the op, and waiters need only that number, not SimPy's clock
+    (which is how a stream runs ahead), so waking them costs no trip through SimPy's queue."""
 
-class _Done(simpy.Event):
-    """The end of an op others wait on, or a message's arrival; an op that ran ahead schedules it
-    for its end time (one event, where a timeout with a callback would take two)."""
+    __slots__ = ("at", "value", "waiters")
 
-    def succeed_in(self, delay_s: float, value: object = None) -> None:
-        self._ok, self._value = True, value
-        self.env.schedule(self, simpy.events.NORMAL, delay_s)
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.value: object = None
+        self.waiters: list = []
+
+
+class _Lazy(dict):
+    """A dict that makes a missing value with `make(key)` on first look (a mailbox's letters are
+    made by whichever end looks first; label texts only for the peers a rank talks to)."""
+
+    def __init__(self, make: Callable[[object], object]):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        self[key] = value = self.make(key)
+        return value
+
+
+def _what_blocks(rank: int, op: Op | None, what: str) -> str:
+    """A stuck stream's wait in words: "F0@0 waits for RECV B0@1", "... waits for SEND F0@0 from rank 0"."""
+    if op is None:
+        return what
+    if what == "message":
+        return f"{op.label} waits for SEND {op.label[5:]} from rank {op.peer}"
+    if what == "group":
+        return f"{op.label} waits for ranks {', '.join(map(str, op.group))} to join"
+    if what == "in flight":
+        return f"{op.label} in flight"
+    return f"{op.label} waits for {what}"
 
 
 class DeadlockError(RuntimeError):
@@ -48,6 +88,21 @@ class Numerics(Protocol):
 
 
 PROGRESS_EVERY = 4096  # ops between two calls of `on_progress`
+_span = tuple.__new__  # a Span without the NamedTuple's Python-level __new__ (hot path)
+
+
+@contextmanager
+def _collector_paused():
+    """Pause the cyclic garbage collector for the run. A run allocates millions of small objects
+    that live to the end (spans, events); the collector would rescan them again and again (half
+    the run time on a long pipeline) while reference counting frees the short-lived ones."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
@@ -56,18 +111,41 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
     """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck.
     `on_progress(ops done)` is called every PROGRESS_EVERY ops and at the end (a progress bar's
     hook; the engine itself prints nothing)."""
+    with _collector_paused():
+        return _run(program, network, compute_time_s, rank_to_gpu or {rank: rank for rank in program.ranks},
+                    numerics, on_progress)
+
+
+def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress) -> EventLog:
     env = network.env
     report_at = [PROGRESS_EVERY]
-    rank_to_gpu = rank_to_gpu or {rank: rank for rank in program.ranks}
-    finished: dict[int, dict[str, simpy.Event]] = {}  # rank -> label -> done event, for ops others wait on
-    for rank in program.ranks:
-        needed = sorted({dep for op in program.ops[rank] for dep in op.deps})
-        finished[rank] = {label: _Done(env) for label in needed}
-    mailbox: dict[tuple[int, int, tuple], _Done] = {}
     spans: list[Span] = []
-    waiting: dict[tuple[int, str], tuple[str, str, str]] = {}  # what a stream is stuck on, worded on deadlock
-
+    waiting: dict[tuple[int, str], tuple[Op | None, str]] = {}  # (op, what it waits for), worded on deadlock
+    ready: deque[Generator] = deque()  # walkers woken, in wake-up order
     meetings: dict[str, tuple[dict[int, object], simpy.Event]] = {}  # collective tag -> (inputs, done)
+    mailbox = _Lazy(lambda key: _Done())  # (src rank, dst rank, tag) -> the message's arrival
+
+    def wake(done: _Done) -> None:
+        """`done` just learned its time: whoever waits for it runs next."""
+        ready.extend(done.waiters)
+        done.waiters.clear()
+
+    def run_ready(walker: Generator | None = None, value: object = None) -> None:
+        """Resume `walker` (given by a SimPy event's callback, with the event's value), then every
+        woken walker, first to last, each until it waits: on a `_Done` (parked there) or on a SimPy
+        event (whose callback brings it back here)."""
+        while walker is not None or ready:
+            if walker is None:
+                walker = ready.popleft()
+            try:
+                request = walker.send(value)
+            except StopIteration:
+                request = None
+            if type(request) is _Done:
+                request.waiters.append(walker)
+            elif request is not None:
+                request.callbacks.append(lambda event, walker=walker: run_ready(walker, event._value))
+            walker = value = None
 
     def meet(rank: int, op: Collective) -> simpy.Event:
         """Join the collective `op.tag`; the last member to arrive starts it."""
@@ -84,22 +162,14 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             label=f"{op.stream}:{op.label}"))
         done.succeed(dict(zip(op.group, outputs)) if outputs is not None else {})
 
-    def letter(src: int, dst: int, tag: tuple) -> _Done:
-        key = (src, dst, tag)
-        if key not in mailbox:
-            mailbox[key] = _Done(env)
-        return mailbox[key]
-
     def walk(rank: int, stream: str, ops: list[Op]):
-        """Run one stream's ops in order.
-
-        Ops run ahead: the stream keeps its own clock `t` and only yields to SimPy when it must
-        wait (a dependency or message not in by `t`, a transfer or collective, which work on
-        SimPy's clock, the end), first catching SimPy's clock up to `t`. An op's `done` event is
-        scheduled for the time the op ends.
-        """
+        """Run one stream's ops in order on the walker's own clock `t`."""
         t = env.now
         done_of = finished[rank]
+        gpu = rank_to_gpu[rank]
+        stream_prefix = f"{stream}:"  # a message's label: "send:SEND F0@0 r0->r1"
+        route_text = _Lazy(lambda peer: f" r{rank}->r{peer}")
+        me, record = (rank, stream), spans.append
         for op in ops:
             if on_progress is not None and len(spans) >= report_at[0]:
                 report_at[0] += PROGRESS_EVERY
@@ -107,78 +177,87 @@ def run_program(program: Program, network: Network, compute_time_s: Callable[[Co
             label = op.label
             for dep in op.deps:
                 event = done_of[dep]
-                if not event.processed:
-                    if t > env.now:  # it may finish before t: catch up, then look again
-                        yield env.timeout(t - env.now)
-                    if not event.processed:
-                        waiting[(rank, stream)] = (label, "waits for", dep)
-                        yield event
-                    t = max(t, env.now)
-            done = done_of.get(label)
-            if type(op) is Compute:
+                if event.at is None:
+                    waiting[me] = (op, dep)
+                    yield event
+                if event.at > t:
+                    t = event.at
+            kind = type(op)
+            if kind is Compute:
                 if numerics is not None:
                     numerics.run_compute(rank, op)
                 start, t = t, t + compute_time_s(op)
-                spans.append(Span(rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0, op.flops))
-                if done is not None:
-                    done.succeed_in(t - env.now)
-                continue
-            start = t
-            if type(op) is Recv:  # runs ahead too when its message is already in
-                box = letter(op.peer, rank, op.tag)
-                if not box.processed:
-                    if t > env.now:
-                        yield env.timeout(t - env.now)
-                    if not box.processed:
-                        waiting[(rank, stream)] = (label, "waits for", f"SEND {label[5:]} from rank {op.peer}")
-                        yield box
-                    t = max(t, env.now)
+                record(_span(Span, (rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0,
+                                          op.flops)))
+            elif kind is Recv:
+                box = mailbox[(op.peer, rank, op.tag)]
+                if box.at is None:
+                    waiting[me] = (op, "message")
+                    yield box
+                start = t
+                if box.at > t:
+                    t = box.at
                 if numerics is not None:
                     numerics.receive(rank, op, box.value)
-                spans.append(Span(rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes, 0.0))
-            elif type(op) is Send and op.nbytes <= 0:  # a signal: no bandwidth, so it runs ahead too
+                record(_span(Span, (rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes,
+                                          0.0)))
+            elif kind is Send and op.nbytes <= 0:  # a signal: no bandwidth, so it runs ahead too
                 payload = numerics.send_payload(rank, op) if numerics is not None else None
-                t += network.signal(rank_to_gpu[rank], rank_to_gpu[op.peer], t, f"{stream}:{label} r{rank}->r{op.peer}")
-                letter(rank, op.peer, op.tag).succeed_in(t - env.now, payload)
-                spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, t, 0.0, 0.0))
+                start = t
+                t += network.signal(gpu, rank_to_gpu[op.peer], t, stream_prefix + label + route_text[op.peer])
+                box = mailbox[(rank, op.peer, op.tag)]
+                box.at, box.value = t, payload
+                if box.waiters:
+                    wake(box)
+                record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, t, 0.0, 0.0)))
             else:  # the network and collectives work on SimPy's clock: catch up first
                 if t > env.now:
                     yield env.timeout(t - env.now)
                 start = env.now
-                if type(op) is Collective:
-                    waiting[(rank, stream)] = (label, "waits for", f"ranks {', '.join(map(str, op.group))} to join")
+                if kind is Collective:
+                    waiting[me] = (op, "group")
                     outputs = yield meet(rank, op)
                     if numerics is not None:
                         numerics.collective_output(rank, op, outputs[rank])
-                    spans.append(Span(rank, stream, label, op.kind.upper(), None, None, start, env.now, op.nbytes, 0.0))
+                    record(_span(Span, (rank, stream, label, op.kind.upper(), None, None, start, env.now,
+                                              op.nbytes, 0.0)))
                 else:
                     payload = numerics.send_payload(rank, op) if numerics is not None else None
-                    waiting[(rank, stream)] = (label, "in flight", "")
-                    yield network.transfer(rank_to_gpu[rank], rank_to_gpu[op.peer], op.nbytes,
-                                           f"{stream}:{label} r{rank}->r{op.peer}", letter(rank, op.peer, op.tag),
-                                           payload)
-                    spans.append(Span(rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes,
-                                      0.0))
+                    waiting[me] = (op, "in flight")
+                    yield network.transfer(gpu, rank_to_gpu[op.peer], op.nbytes,
+                                           stream_prefix + label + route_text[op.peer])
+                    box = mailbox[(rank, op.peer, op.tag)]
+                    box.at, box.value = env.now, payload
+                    if box.waiters:
+                        wake(box)
+                    record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now,
+                                              op.nbytes, 0.0)))
                 t = env.now
+            done = done_of.get(label)
             if done is not None:
-                done.succeed_in(t - env.now)
-        if t > env.now:
-            yield env.timeout(t - env.now)
-        waiting.pop((rank, stream), None)
+                done.at = t
+                if done.waiters:
+                    wake(done)
+        waiting.pop(me, None)
+        stream_ends.append(t)
 
+    finished: dict[int, dict[str, _Done]] = {}  # rank -> label -> end, for ops others wait on
+    stream_ends: list[float] = []
     for rank in program.ranks:
-        streams: dict[str, list[Op]] = {}
+        streams: defaultdict[str, list[Op]] = defaultdict(list)
         for op in program.ops[rank]:
-            streams.setdefault(op.stream, []).append(op)
+            streams[op.stream].append(op)
+        finished[rank] = {dep: _Done() for dep in {dep for op in program.ops[rank] for dep in op.deps}}
         for stream, ops in streams.items():
-            waiting[(rank, stream)] = ("", "not started", "")
-            env.process(walk(rank, stream, ops))
+            waiting[(rank, stream)] = (None, "not started")
+            ready.append(walk(rank, stream, ops))
+    run_ready()
     env.run()
     if on_progress is not None:
         on_progress(len(spans))
     if waiting:
-        blocked = "; ".join(f"rank {r} {s}: {' '.join(p for p in what if p)}" for (r, s), what in sorted(waiting.items()))
+        blocked = "; ".join(f"rank {r} {s}: {_what_blocks(r, *waiting[(r, s)])}" for r, s in sorted(waiting))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
-    step_s = max((span.end_s for span in spans), default=0.0)
+    step_s = max(stream_ends, default=0.0)
     return EventLog(tuple(spans), tuple(network.flow_spans()), len(program.ranks), network.link_names,
                     network.link_stats(step_s))

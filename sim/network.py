@@ -29,6 +29,7 @@ from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
+_flow_span = tuple.__new__  # a FlowSpan without the NamedTuple's Python-level __new__ (hot path)
 PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
@@ -86,8 +87,10 @@ class Network:
     def signal(self, src: int, dst: int, start_s: float, label: str) -> float:
         """Record a zero-byte message sent at `start_s` (it takes no bandwidth, so nothing is
         re-shared and it may be sent ahead of SimPy's clock); return its path latency."""
-        latency_s = self._path_latency(src, dst)
-        self._done_records.append(FlowSpan(src, dst, (), start_s, start_s + latency_s, 0.0, label))
+        latency_s = self._latency_cache.get((src, dst))
+        if latency_s is None:
+            latency_s = self._path_latency(src, dst)
+        self._done_records.append(_flow_span(FlowSpan, (src, dst, (), start_s, start_s + latency_s, 0.0, label)))
         return latency_s
 
     def _routes_of(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
