@@ -16,7 +16,8 @@ a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-
 1.5x.) The zero 3 gathers are issued in compute order on the dp stream and each may start once
 the compute op two before its own has finished: one gather ahead (prefetch, as FSDP's
 forward/backward prefetch), so at most two gathered copies of a stage's weights exist at once.
-With m microbatches it gathers 2m times.
+With m microbatches it gathers 2m times. An op cut into pieces (tensor parallelism) gathers once,
+before its first piece.
 """
 
 from __future__ import annotations
@@ -53,16 +54,21 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
     for rank in program.ranks:
         _, p, t = layout.coords(rank)
         group = layout.dp_group(p, t)
-        last_backward = {op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == "B"}
+        computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
+        last_backward = {op.stage: op.label for op in computes if op.phase == "B"}
+        # a stage's gradients are whole once its last backward and whatever else its optimizer
+        # step waits for (tensor parallelism's gradient sum) have finished
+        grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == "OPT"}
+        ends = {(op.phase, op.microbatch, op.stage): op.label for op in computes}  # an op's last piece
         out: list[Op] = []
-        computed: list[str] = []  # F/B labels so far, for the prefetch distance
+        computed: list[str] = []  # ends of the F/B ops so far, for the prefetch distance
         for op in program.ops[rank]:
-            if isinstance(op, Compute) and op.phase in ("F", "B") and zero_stage == 3:
+            if isinstance(op, Compute) and op.phase in ("F", "B") and not op.part and zero_stage == 3:
                 gather = Collective("all_gather", f"params@{op.stage}.t{t}.{op.label}", group,
                                     weight_bytes(op.stage), stream=DP_STREAM,
                                     deps=(computed[-2],) if len(computed) >= 2 else ())
                 out.append(gather)
-                computed.append(op.label)
+                computed.append(ends[(op.phase, op.microbatch, op.stage)])
                 op = dataclasses.replace(op, deps=op.deps + (gather.label,))
             if isinstance(op, Compute) and op.phase == "OPT":
                 reductions = _grad_tags(op.stage, t, weight_bytes(op.stage), bucket_bytes, zero_stage)
@@ -72,7 +78,7 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
             out.append(op)
             if isinstance(op, Compute) and op.phase == "B" and last_backward[op.stage] == op.label:
                 kind = "all_reduce" if zero_stage == 0 else "reduce_scatter"
-                out.extend(Collective(kind, tag, group, size, stream=DP_STREAM, deps=(op.label,))
+                out.extend(Collective(kind, tag, group, size, stream=DP_STREAM, deps=grads_ready[op.stage])
                            for tag, size in _grad_buckets(op.stage, t, weight_bytes(op.stage), bucket_bytes))
             if isinstance(op, Compute) and op.phase == "OPT" and zero_stage in (1, 2):
                 out.extend(Collective("all_gather", f"params@{op.stage}.t{t}.b{b}", group, size, stream=DP_STREAM,

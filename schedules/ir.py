@@ -5,6 +5,7 @@ of the same rank that must finish first, like CUDA events. Every op has a one-li
 that round-trips through `parse_op`:
 
     compute: F3@1                      forward of microbatch 3 on global pipeline stage 1
+    compute: F3@1.2 after ALL_REDUCE tp@d0.F3@1.1   its third piece, cut at tensor-parallel collectives
     compute: B3@1 after RECV B3@2      backward, waits for the gradient from stage 2
     compute: OPT@1 4.2e+10B            optimizer step of stage 1's parameters, touching 42 GB
     send: SEND F3@1 ->2 4096B after F3@1
@@ -32,7 +33,12 @@ Tag = tuple[str, int, int]  # (phase "F"|"B", microbatch, producer stage)
 
 @dataclass(frozen=True)
 class Compute:
-    """Forward (F), backward (B) or optimizer step (OPT) of one stage's layers for one microbatch."""
+    """Forward (F), backward (B) or optimizer step (OPT) of one stage's layers for one microbatch.
+
+    `part` numbers the pieces of a forward or backward that tensor parallelism cuts at its
+    collectives (label F3@1.0, F3@1.1, ...; None: the op is whole). The pieces of one op run in
+    order on one stream; the first waits for what the whole op waits for, and whoever uses the
+    op's result waits for the last."""
 
     phase: str
     microbatch: int | None
@@ -41,11 +47,12 @@ class Compute:
     nbytes: float = 0.0  # memory traffic, for memory-bound ops such as the optimizer step
     stream: str = COMPUTE_STREAM
     deps: tuple[str, ...] = ()
+    part: int | None = None
     label: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         label = f"OPT@{self.stage}" if self.phase == "OPT" else f"{self.phase}{self.microbatch}@{self.stage}"
-        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "label", label if self.part is None else f"{label}.{self.part}")
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,8 @@ def format_op(op: Op) -> str:
 
 
 _TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
-_COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$")
+_COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?:\.(?P<part>\d+))?"
+                         r"(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$")
 _COLLECTIVE_RE = re.compile(r"(?P<kind>[A-Z_]+) (?P<tag>\S+) \[(?P<group>[\d,]+)\] (?P<nbytes>\S+)B (?P<algo>\S+)$")
 _P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
 
@@ -197,7 +205,8 @@ def parse_op(text: str) -> Op:
         microbatch = None if m["opt"] else int(m["mb"])
         flops = float(m["flops"]) if m["flops"] else 0.0
         nbytes = float(m["nbytes"]) if m["nbytes"] else 0.0
-        return Compute(phase, microbatch, int(m["stage"]), flops, nbytes, stream, deps)
+        part = int(m["part"]) if m["part"] is not None else None
+        return Compute(phase, microbatch, int(m["stage"]), flops, nbytes, stream, deps, part)
     if m := _P2P_RE.match(body):
         tag = (m["phase"], int(m["mb"]), int(m["stage"]))
         cls = Send if m["kind"] == "SEND" else Recv

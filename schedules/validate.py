@@ -3,11 +3,13 @@
 Rules, checked in this order:
   structure   labels unique per rank; every dep names an op of the same rank
   placement   a compute op runs on the rank that holds its stage
-  coverage    every (F|B, microbatch, stage) exactly once; one OPT per stage, after its backwards
+  coverage    every (F|B, microbatch, stage) exactly once (an op cut into pieces: pieces 0, 1, ...
+              in order on one stream); one OPT per stage, after its backwards
   order       on a stage, a microbatch's forward comes before its backward
   chains      F(mb, s) consumes F(mb, s-1)'s output, B(mb, s) consumes B(mb, s+1)'s: by a receive it
               depends on, or by an earlier op on the same stream when both stages share a rank
-  p2p         a send goes to the rank that consumes it and after the op that produced it; every
+              (for an op in pieces: its first piece, waiting for the producer's last)
+  p2p         a send goes to the rank that consumes it and after the op (its last piece) that produced it; every
               send has exactly one matching receive (peer, tag, bytes) and vice versa
   collectives every member of a collective's group runs it once, with the same kind, group and
               size; a rank is a member of the groups it runs
@@ -27,6 +29,20 @@ class ProgramError(ValueError):
 
 def _where(rank: int, index: int, op: Op) -> str:
     return f"rank {rank}, op {index} ({op.label})"
+
+
+def _op_key(op: Compute) -> tuple[str, int | None, int]:
+    return op.phase, op.microbatch, op.stage
+
+
+def _whole_label(op: Compute) -> str:
+    """The label of the whole op a piece belongs to (the op's own label when it is whole)."""
+    return op.label if op.part is None else op.label.rpartition(".")[0]
+
+
+def _ends(ops: list[Op]) -> dict[str, str]:
+    """Whole op label -> the label of its last piece (itself when whole), for a rank's ops."""
+    return {_whole_label(op): op.label for op in ops if isinstance(op, Compute)}
 
 
 def validate(program: Program) -> None:
@@ -56,13 +72,19 @@ def _check_structure(program: Program) -> None:
 def _check_coverage_and_order(program: Program) -> None:
     found: dict[tuple[str, int | None, int], tuple[int, int]] = {}
     for rank in program.ranks:
+        seen: dict[str, Op] = {}
         for i, op in enumerate(program.ops[rank]):
+            seen[op.label] = op
             if not isinstance(op, Compute):
                 continue
             owner = program.stage_to_rank.get(op.stage)
             if owner != rank:
                 raise ProgramError(f"{_where(rank, i, op)}: stage {op.stage} belongs to rank {owner}")
-            key = (op.phase, op.microbatch, op.stage)
+            key = _op_key(op)
+            if op.part is not None:
+                _check_piece(rank, i, op, seen)
+                if op.part > 0:
+                    continue
             if op.microbatch is not None and not 0 <= op.microbatch < program.num_microbatches:
                 raise ProgramError(f"{_where(rank, i, op)}: microbatch outside 0..{program.num_microbatches - 1}")
             if op.phase == "B" and ("F", op.microbatch, op.stage) not in found:
@@ -82,29 +104,39 @@ def _check_coverage_and_order(program: Program) -> None:
     counts = defaultdict(int)
     for rank in program.ranks:
         for op in program.ops[rank]:
-            if isinstance(op, Compute):
-                counts[op.label] += 1
+            if isinstance(op, Compute) and not op.part:
+                counts[_whole_label(op)] += 1
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
-            if isinstance(op, Compute) and counts[op.label] > 1:
+            if isinstance(op, Compute) and not op.part and counts[_whole_label(op)] > 1:
                 raise ProgramError(f"{_where(rank, i, op)}: run more than once")
+
+
+def _check_piece(rank: int, i: int, op: Compute, seen: dict[str, Op]) -> None:
+    """Piece k > 0 follows piece k-1 of the same op on the same stream (with anything between);
+    `seen`: the rank's ops before op i, by label."""
+    before = seen.get(f"{_whole_label(op)}.{op.part - 1}")
+    if op.part and (before is None or before.stream != op.stream):
+        raise ProgramError(f"{_where(rank, i, op)}: piece {op.part} does not follow piece {op.part - 1} "
+                           f"on stream {op.stream}")
 
 
 def _check_chains(program: Program) -> None:
     for rank in program.ranks:
         ops = program.ops[rank]
         index = {op.label: i for i, op in enumerate(ops)}
+        ends = _ends(ops)
         for i, op in enumerate(ops):
-            if not isinstance(op, Compute) or op.phase == "OPT":
+            if not isinstance(op, Compute) or op.phase == "OPT" or op.part:
                 continue
             src = op.stage - 1 if op.phase == "F" else op.stage + 1
             if not 0 <= src < program.num_stages:
                 continue
             needed = f"{op.phase}{op.microbatch}@{src}"
             if program.stage_to_rank[src] == rank:
-                j = index.get(needed)
+                j = index.get(ends.get(needed, needed))
                 same_stream_before = j is not None and j < i and ops[j].stream == op.stream
-                if not (same_stream_before or needed in op.deps):
+                if not (same_stream_before or ends.get(needed, needed) in op.deps):
                     raise ProgramError(f"{_where(rank, i, op)}: runs before {needed}, whose output it consumes")
             elif f"RECV {needed}" not in op.deps:
                 what = "activation" if op.phase == "F" else "gradient"
@@ -120,6 +152,7 @@ def _check_p2p(program: Program) -> None:
                 recvs[(op.peer, rank, op.tag)] = (i, op)
     matched = set()
     for rank in program.ranks:
+        ends = _ends(program.ops[rank])
         for i, op in enumerate(program.ops[rank]):
             if not isinstance(op, Send):
                 continue
@@ -132,6 +165,7 @@ def _check_p2p(program: Program) -> None:
                 raise ProgramError(f"{_where(rank, i, op)}: sends to rank {op.peer}, but stage {consumer} that "
                                    f"consumes {phase}{mb}@{stage} is on rank {expected}")
             producer = f"{phase}{mb}@{stage}"
+            producer = ends.get(producer, producer)
             if producer not in op.deps:
                 raise ProgramError(f"{_where(rank, i, op)}: does not wait for {producer}, which produces what it sends")
             key = (rank, op.peer, op.tag)

@@ -21,11 +21,19 @@ from __future__ import annotations
 ADAM_BYTES_PER_PARAM = 28
 
 
+def attention_forward_flops(b: int, s: int, h: int) -> float:
+    """Forward FLOPs of a layer's attention: QKV, scores, scores x V, output projection."""
+    return float(6 * b * s * h * h + 4 * b * s * s * h + 2 * b * s * h * h)
+
+
+def mlp_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
+    """Forward FLOPs of a layer's MLP: two (gated: three) h x f matmuls."""
+    return float(2 * b * s * h * f * (3 if gated_mlp else 2))
+
+
 def layer_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
     """Forward FLOPs of one decoder layer (see the module docstring)."""
-    attention = 6 * b * s * h * h + 4 * b * s * s * h + 2 * b * s * h * h
-    mlp = 2 * b * s * h * f * (3 if gated_mlp else 2)
-    return float(attention + mlp)
+    return attention_forward_flops(b, s, h) + mlp_forward_flops(b, s, h, f, gated_mlp)
 
 
 def recompute_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, mode: str) -> float:

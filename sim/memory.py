@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from schedules.data_parallel import DP_STREAM
 from sim.records import EventLog
 from sim.units import format_bytes
 
@@ -145,7 +146,7 @@ def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
       the same (microbatch, stage) ends. A rank holding several stages (interleaved) has one entry
       per stage. A forward whose backward never ran keeps its bytes to the end.
     - ZeRO-3 gathers (only when `gather_bytes` is given): + `gather_bytes[rank]` into "weights" when
-      a span of phase "ALL_GATHER" starts, held until the end of the rank's first F or B span that starts
+      a span of phase "ALL_GATHER" on the "dp" stream starts, held until the end of the rank's first F or B that starts
       at or after the gather ends (the compute that uses the gathered weights), or until the
       gather's own end if no compute follows.
     - other: 0 unless given in `static_bytes`. The CUDA context, library workspaces, the allocator's
@@ -175,35 +176,28 @@ def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
 
 def _activation_events(log: EventLog, activation_bytes, events) -> None:
     column = CATEGORIES.index("activations")
-    forwards = {(s.rank, s.stage, s.microbatch) for s in log.spans if s.phase == "F"}
-    for span in log.spans:
-        if span.phase not in ("F", "B"):
-            continue
-        key = (span.rank, span.stage, span.microbatch)
-        if span.phase == "B" and key not in forwards:
-            raise ValueError(f"rank {span.rank}: {span.label} ends but forward F{span.microbatch}@{span.stage} "
-                             f"never ran on this rank")
+    ops = log.whole_ops()
+    for (rank, phase, stage, mb), (start, end) in ops.items():
+        label = f"{phase}{mb}@{stage}"
+        if phase == "B" and (rank, "F", stage, mb) not in ops:
+            raise ValueError(f"rank {rank}: {label} ends but forward F{mb}@{stage} never ran on this rank")
         try:
-            nbytes = float(activation_bytes[span.rank][span.stage])
+            nbytes = float(activation_bytes[rank][stage])
         except KeyError:
-            raise ValueError(f"activation_bytes has no entry for rank {span.rank}, stage {span.stage} "
-                             f"(needed by {span.label})") from None
-        if span.phase == "F":
-            events[span.rank].append((span.start_s, column, nbytes))
-        else:
-            events[span.rank].append((span.end_s, column, -nbytes))
+            raise ValueError(f"activation_bytes has no entry for rank {rank}, stage {stage} "
+                             f"(needed by {label})") from None
+        events[rank].append((start, column, nbytes) if phase == "F" else (end, column, -nbytes))
 
 
 def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:
     column = CATEGORIES.index("weights")
-    consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B spans
-    for span in log.spans:
-        if span.phase in CONSUMER_PHASES:
-            consumers.setdefault(span.rank, []).append((span.start_s, span.end_s))
+    consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B ops
+    for (rank, _, _, _), extent in log.whole_ops(CONSUMER_PHASES).items():
+        consumers.setdefault(rank, []).append(extent)
     for spans in consumers.values():
         spans.sort()
     for span in log.spans:
-        if span.phase not in GATHER_PHASES:
+        if span.phase not in GATHER_PHASES or span.stream != DP_STREAM:  # ZeRO-3's, not sequence parallelism's
             continue
         if span.rank not in gather_bytes:
             raise ValueError(f"gather_bytes has no entry for rank {span.rank} (needed by {span.label})")

@@ -31,13 +31,11 @@ def bubble_ratio_per_rank(log: EventLog) -> list[float]:
 
 def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
     """Most (microbatch, stage) activations a rank holds at once: +1 when a forward starts,
-    -1 when its backward ends (an end at the same instant as a start is counted first)."""
+    -1 when its backward ends (an end at the same instant as a start is counted first; an op in
+    pieces starts with its first and ends with its last)."""
     events: list[list[tuple[float, int]]] = [[] for _ in range(log.num_ranks)]
-    for span in log.spans:
-        if span.phase == "F":
-            events[span.rank].append((span.start_s, +1))
-        elif span.phase == "B":
-            events[span.rank].append((span.end_s, -1))
+    for (rank, phase, _, _), (start, end) in log.whole_ops().items():
+        events[rank].append((start, +1) if phase == "F" else (end, -1))
     peaks = []
     for rank_events in events:
         level = peak = 0

@@ -77,3 +77,14 @@ class EventLog:
     @property
     def makespan_s(self) -> float:
         return max((s.end_s for s in self.spans), default=0.0)
+
+    def whole_ops(self, phases: tuple[str, ...] = ("F", "B")) -> dict[tuple[int, str, int, int], tuple[float, float]]:
+        """(rank, phase, stage, microbatch) -> (start, end) of each forward or backward, its pieces
+        (tensor parallelism cuts an op at its collectives) taken together: first start, last end."""
+        ops: dict[tuple[int, str, int, int], tuple[float, float]] = {}
+        for span in self.spans:
+            if span.phase in phases:
+                key = (span.rank, span.phase, span.stage, span.microbatch)
+                start, end = ops.get(key, (span.start_s, span.end_s))
+                ops[key] = (min(start, span.start_s), max(end, span.end_s))
+        return ops

@@ -104,6 +104,28 @@ def stage_forward_flops(scenario: Scenario, stage: int) -> float:
     return forward / scenario.parallel.tp
 
 
+def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float]:
+    """FLOPs on one rank of each work item of a tensor-parallel stage op (see
+    schedules.tensor_parallel.tp_stage_plan): a layer's attention or MLP, the LM head, split t
+    ways; a backward is twice its forward, plus the attention core again under selective recompute."""
+    m, t, tp = scenario.model_spec, scenario.training, scenario.parallel.tp
+    b, s, h = t.micro_batch, m.seq_len, m.hidden
+    forward = {"embed": 0.0, "attn": cost.attention_forward_flops(b, s, h) / tp,
+               "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
+               "head": cost.head_forward_flops(b, s, h, m.vocab) / tp}
+    selective = cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
+    flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
+    flops["B.attn"] += selective
+    return lambda item, stage: flops[item]
+
+
+def replicated_params(scenario: Scenario, stage: int) -> float:
+    """Parameters every rank of a tensor-parallel group holds whole: each layer's two layernorms
+    (gain and bias) and two row-parallel biases, and the final layernorm on the last stage."""
+    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
+    return m.layers // num_stages * 6 * m.hidden + (2 * m.hidden if stage == num_stages - 1 else 0)
+
+
 def weight_bytes(scenario: Scenario, stage: int) -> float:
     """Bytes of a stage's 16-bit weights (= its gradients'), what data parallelism moves."""
     return stage_params(scenario, stage) * 2.0
@@ -127,7 +149,9 @@ def make_program(scenario: Scenario) -> Program:
     layout = layout_of(scenario)
     replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)]
     program = add_tensor_parallel(Program.merge(replicas), layout, m.layers // p.num_stages, layer_act,
-                                  p.sequence_parallel)
+                                  p.sequence_parallel, t.recompute == "full", tensor_parallel_item_flops(scenario),
+                                  loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
+                                  grad_sync_bytes=lambda s: replicated_params(scenario, s) * 2.0)
     program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket)
     validate(program)
     return program
@@ -143,7 +167,7 @@ def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
 def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics | None:
     """The shadow model: the real layer count and stage split (pp x v stages), a tiny hidden size;
     with dp > 1 one pipeline per replica on its slice of the batch, reduced through the real
-    collectives."""
+    collectives; with tp > 1 one pipeline per tensor-parallel rank, holding its shards."""
     n, p = scenario.numerics, scenario.parallel
     if not n.enabled:
         return None
@@ -151,12 +175,13 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
                        seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype)
     placements = replica_placements(scenario)
     full = scenario.training.recompute == "full"  # selective recompute changes no arithmetic of the shadow
-    if p.dp == 1:
+    if p.dp == 1 and p.tp == 1:
         return PipelineNumerics(cfg, p.num_stages, scenario.num_microbatches, n.micro_batch, placements[0],
                                 n.seed, n.optimizer, n.lr, recompute_full=full)
     buckets = {s: len(bucket_sizes(weight_bytes(scenario, s), p.bucket)) for s in range(p.num_stages)}
     return DataParallelNumerics(cfg, placements, scenario.num_microbatches, n.micro_batch, n.seed, n.optimizer,
-                                n.lr, p.zero, buckets, recompute_full=full)
+                                n.lr, p.zero if p.dp > 1 else 0, buckets, recompute_full=full, tp=p.tp,
+                                sequence_parallel=p.sequence_parallel)
 
 
 def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,

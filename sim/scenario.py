@@ -415,9 +415,15 @@ class Scenario(_Section):
                 f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
                 f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
                 f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"))
-        if p.tp > 1 and self.numerics.enabled:
-            raise _FieldError("numerics.enabled", f"the shadow model does not shard tensors yet, so parallel.tp "
-                              f"({p.tp}) > 1 is timed only: set numerics.enabled: false")
+        n = self.numerics
+        if n.enabled and p.tp > 1:  # the shadow model is sharded like the real one (ffn = 4 x hidden)
+            for knob, size in (("heads", n.heads), ("vocab", n.vocab)):
+                if size % p.tp:
+                    raise _FieldError(f"numerics.{knob}", f"{size} is not divisible by parallel.tp ({p.tp}): the "
+                                      "shadow model is sharded the same way as the real one")
+            if p.sequence_parallel and n.seq_len % p.tp:
+                raise _FieldError("numerics.seq_len", f"{n.seq_len} is not divisible by parallel.tp ({p.tp}): "
+                                  "sequence parallelism splits the shadow model's sequence too")
         if p.sequence_parallel and p.tp == 1:
             raise _FieldError("parallel.sequence_parallel", "needs parallel.tp > 1 (it splits the tensor-parallel "
                               "group's sequence)")

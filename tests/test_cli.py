@@ -53,8 +53,11 @@ BAD_INPUTS = [
      "parallel.tp", r"3 does not divide model.heads \(16\)"),
     ("sequence_parallel_without_tp", GOOD.replace("  dp: 1", "  dp: 1\n  sequence_parallel: true"),
      "parallel.sequence_parallel", "needs parallel.tp > 1"),
-    ("numerics_with_tp", GOOD.replace("  tp: 1", "  tp: 2").replace("gpus_per_node: 4", "gpus_per_node: 8"),
-     "numerics.enabled", "does not shard tensors yet"),
+    ("shadow_heads_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 4").replace("gpus_per_node: 4", "gpus_per_node: 16")
+     + "  heads: 2\n", "numerics.heads", r"2 is not divisible by parallel.tp \(4\)"),
+    ("shadow_seq_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 2\n  sequence_parallel: true")
+     .replace("gpus_per_node: 4", "gpus_per_node: 8") + "  seq_len: 7\n", "numerics.seq_len",
+     r"7 is not divisible by parallel.tp \(2\)"),
 ]
 
 

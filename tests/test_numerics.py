@@ -3,6 +3,8 @@
 import math
 from types import SimpleNamespace
 
+from schedules.ir import Compute
+
 import numpy as np
 import pytest
 
@@ -138,8 +140,7 @@ def test_rejects_stages_not_dividing_layers():
 # ---- pipeline, driven by a hand-rolled GPipe order -------------------------------------------------
 
 def compute(phase, mb, stage):
-    label = f"OPT@{stage}" if phase == "OPT" else f"{phase}{mb}@{stage}"
-    return SimpleNamespace(phase=phase, microbatch=mb, stage=stage, label=label)
+    return Compute(phase, mb, stage)
 
 
 def transfer(num, tag, src, dst):

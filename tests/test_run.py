@@ -178,18 +178,28 @@ def test_full_recompute_reruns_the_forward_and_still_matches_one_device(zero):
 
 @pytest.mark.parametrize("sp", [False, True])
 def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
-    """2 all-reduces of the (s, b, h) activation per layer in the forward and 2 in the backward
-    (Shoeybi et al. 2019); sequence parallelism sends the same as reduce-scatter + all-gather.
-    A ring all-reduce over t ranks sends 2 (t - 1)/t of the buffer from each."""
+    """Per microbatch and layer, 2 all-reduces of the (s, b, h) activation in the forward and 2 in
+    the backward (Shoeybi et al. 2019), plus the vocab-parallel embedding's all-reduce (first stage,
+    forward) and the head's input gradient (last stage, backward); sequence parallelism sends the
+    same as reduce-scatter + all-gather (Korthikanti et al. 2022). A ring all-reduce over t ranks
+    sends 2 (t - 1)/t of the buffer from each rank, a reduce-scatter or all-gather (t - 1)/t. The
+    last stage also gathers every rank's 2 fp32 cross-entropy statistics per token, and sequence
+    parallelism sums the replicated parameters' bf16 gradients (6h per layer, 2h more for the final
+    layernorm) once per step."""
     text = (SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
             .replace("parallel: {pp: 2}", f"parallel: {{pp: 2, tp: 2, sequence_parallel: {str(sp).lower()}}}")
             .replace("gpus_per_node: 2", "gpus_per_node: 4").replace("numerics: {", "numerics: {enabled: false, "))
     summary = simulate(load_scenario_text(text, "tp.yaml")).summary
-    act = 256 * 1 * 512 * 2  # s x b x h x bf16
-    layers = 2  # per stage
-    per_op = 2 * (2 - 1) / 2 * 2 * layers * act
+    t, m, layers, s_, b, h = 2, 4, 2, 256, 1, 512  # tp, microbatches, layers per stage, the model's sizes
+    unit = (t - 1) / t * s_ * b * h * 2  # a reduce-scatter or all-gather of one bf16 activation
+    per_microbatch = (2 + 8 * layers) * unit  # = (1 + 4 L) all-reduces
+    loss_gather = (t - 1) / t * t * 2 * b * s_ * 4
+    sync = 2 * (t - 1) / t * 2 * (6 * h * layers) if sp else 0.0
+    last_sync = 2 * (t - 1) / t * 2 * (6 * h * layers + 2 * h) if sp else 0.0
+    expected = {0: m * per_microbatch + sync, 2: m * (per_microbatch + loss_gather) + last_sync}
     for rank in range(4):
-        assert summary["comm_bytes_sent_per_rank"][str(rank)]["tp"] == pytest.approx(4 * 2 * per_op, rel=1e-9)
+        assert summary["comm_bytes_sent_per_rank"][str(rank)]["tp"] == pytest.approx(expected[rank // 2 * 2],
+                                                                                     rel=1e-9)
     # the matmuls are split two ways: each rank does half a stage's model FLOPs
     one = simulate(load_scenario_text(SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
                                       .replace("numerics: {", "numerics: {enabled: false, "), "a.yaml")).summary

@@ -149,12 +149,19 @@ def test_num_microbatches_divides_by_dp():
     assert s.num_microbatches == 4
 
 
-def test_rejects_numerics_with_tp_until_the_shadow_model_shards():
-    """A valid tp=2 layout passes every sizing rule; its numerics are refused rather than faked."""
-    with pytest.raises(ScenarioError, match=r"^<string>: numerics\.enabled: the shadow model does not shard"):
-        load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2)))
-    ok = load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2), ("numerics.enabled", False)))
-    assert ok.parallel.tp == 2
+def test_the_shadow_model_must_shard_like_the_real_one():
+    """tp must divide the shadow model's heads and vocabulary (and, with sequence parallelism, its
+    sequence), as it divides the real model's."""
+    with pytest.raises(ScenarioError, match=r"^<string>: numerics\.heads: 2 is not divisible by parallel\.tp \(4\)"):
+        load_scenario_text(variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 2)))
+    with pytest.raises(ScenarioError, match=r"^<string>: numerics\.vocab: 30 is not divisible by parallel\.tp \(4\)"):
+        load_scenario_text(variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 4),
+                                   ("numerics.vocab", 30)))
+    with pytest.raises(ScenarioError, match=r"^<string>: numerics\.seq_len: 6 is not divisible by parallel\.tp \(4\)"):
+        load_scenario_text(variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 4),
+                                   ("parallel.sequence_parallel", True), ("numerics.seq_len", 6)))
+    ok = load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2)))
+    assert ok.parallel.tp == 2 and ok.numerics.enabled
 
 
 def test_rejects_sequence_parallel_without_tp():

@@ -1,5 +1,6 @@
-"""Shadow-model numerics of data parallelism and ZeRO: replicas of a pipeline on slices of the
-global batch whose gradients and weights really travel through the collectives.
+"""Shadow-model numerics of data parallelism and ZeRO (and of tensor parallelism's several
+pipelines per replica): replicas of a pipeline on slices of the global batch whose gradients and
+weights really travel through the collectives.
 
 Each replica d (a PipelineNumerics) trains on rows [d m b, (d+1) m b) of the global batch, its
 loss scaled by 1/m; the gradient collectives sum the replicas' gradients, and the sum is divided
@@ -11,6 +12,10 @@ i of each bucket (array_split again), which is the only part its optimizer steps
 and which the weight all-gather then spreads. Under ZeRO 3 a rank keeps only its chunks of the
 weights between ops: the rest is NaN, so a forward or backward that runs without its gather
 poisons the result instead of passing by accident.
+
+With tensor parallelism t, replica d is t pipelines, one per tensor-parallel rank, each holding
+its shards (a PipelineNumerics with tp = t); the data-parallel groups join the pipelines of equal
+tensor-parallel rank, and tensor-parallel collectives go to the pipeline they belong to.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import numpy as np
 from sim.numerics.optim import make_optimizer
 from sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
 from sim.numerics.reference import reference_step
+from schedules.tensor_parallel import TP_STREAM
+from sim.numerics.tensor_parallel import unshard_params
 from sim.numerics.transformer import ShadowConfig, init_params
 
 _TAG = re.compile(r"(?P<what>grads|params)@(?P<stage>\d+)\.t\d+\.(?:b(?P<bucket>\d+)|(?P<op>.+))$")
@@ -32,16 +39,20 @@ class DataParallelNumerics:
 
     def __init__(self, cfg: ShadowConfig, replicas: list[dict[int, int]], num_microbatches: int,
                  micro_batch_size: int, seed: int, optimizer: str, lr: float, zero: int,
-                 buckets: dict[int, int], recompute_full: bool = False):
-        self.cfg, self.seed, self.optimizer, self.lr, self.zero = cfg, seed, optimizer, lr, zero
-        self.dp = len(replicas)
+                 buckets: dict[int, int], recompute_full: bool = False, tp: int = 1,
+                 sequence_parallel: bool = False):
+        """`replicas`: every pipeline's placement, replica-major: pipeline i is tensor-parallel rank
+        i % tp of data-parallel replica i // tp."""
+        self.cfg, self.seed, self.optimizer, self.lr, self.zero, self.tp = cfg, seed, optimizer, lr, zero, tp
+        self.dp = len(replicas) // tp
         rows = num_microbatches * micro_batch_size
         self.tokens, self.targets = make_batch(cfg, seed, self.dp * rows)  # (dp*m*b, s)
         self.replicas = [
             PipelineNumerics(cfg, len(placement), num_microbatches, micro_batch_size, placement, seed, optimizer,
-                             lr, data=(self.tokens[d * rows:(d + 1) * rows], self.targets[d * rows:(d + 1) * rows]),
-                             recompute_full=recompute_full)
-            for d, placement in enumerate(replicas)]
+                             lr, data=(self.tokens[i // tp * rows:(i // tp + 1) * rows],
+                                       self.targets[i // tp * rows:(i // tp + 1) * rows]),
+                             recompute_full=recompute_full, tp=tp, tp_rank=i % tp, sequence_parallel=sequence_parallel)
+            for i, placement in enumerate(replicas)]
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = buckets
         self.shard_optimizers: dict[tuple[int, int], object] = {}  # (rank, stage) -> optimizer of its chunks
@@ -76,7 +87,7 @@ class DataParallelNumerics:
 
     def _chunk(self, rank: int, lo: int, hi: int) -> tuple[int, int]:
         """This rank's chunk [lo', hi') of the bucket [lo, hi): its data-parallel index's piece."""
-        d = self.replica_of[rank]
+        d = self.replica_of[rank] // self.tp
         edges = np.cumsum([0] + [len(p) for p in np.array_split(np.arange(hi - lo), self.dp)])
         return lo + int(edges[d]), lo + int(edges[d + 1])
 
@@ -96,12 +107,12 @@ class DataParallelNumerics:
         if op.phase == "OPT" and self.zero >= 1:
             self._step_chunks(rank, op)
             return
-        if self.zero == 3 and op.phase in ("F", "B"):
+        if self.zero == 3 and op.phase in ("F", "B") and not op.part:  # an op's first piece brings the weights
             if (rank, op.label) not in self.gathered:
                 raise RuntimeError(f"rank {rank}, {op.label}: runs before its weights were gathered")
             self._unflat(self.gathered.pop((rank, op.label)), self._stage(rank, op.stage).params)
-        replica.run_compute(rank, op)
-        if self.zero == 3 and op.phase in ("F", "B"):
+        finished = replica.run_compute(rank, op)
+        if self.zero == 3 and op.phase in ("F", "B") and finished:
             self._keep_only_own_chunks(rank, op.stage)  # free the gathered weights
 
     def send_payload(self, rank: int, op) -> np.ndarray:
@@ -111,6 +122,8 @@ class DataParallelNumerics:
         self.replicas[self.replica_of[rank]].receive(rank, op, payload)
 
     def collective_input(self, rank: int, op) -> np.ndarray:
+        if op.stream == TP_STREAM:
+            return self.replicas[self.replica_of[rank]].tensor_parallel_input(rank, op)
         what, stage, bucket = self._parse(op)
         stage_model = self._stage(rank, stage)
         if what == "grads":
@@ -122,6 +135,9 @@ class DataParallelNumerics:
         return np.concatenate([flat[slice(*self._chunk(rank, lo, hi))] for lo, hi in chosen])
 
     def collective_output(self, rank: int, op, result: np.ndarray) -> None:
+        if op.stream == TP_STREAM:
+            self.replicas[self.replica_of[rank]].tensor_parallel_output(rank, op, result)
+            return
         what, stage, bucket = self._parse(op)
         stage_model = self._stage(rank, stage)
         target = stage_model.grads if what == "grads" else stage_model.params
@@ -170,29 +186,37 @@ class DataParallelNumerics:
         self._unflat(params, stage_model.params)
 
     def finish(self) -> dict:
-        """Every replica's weights (ZeRO 3: put together from every rank's chunks) against one
-        device on the global batch."""
+        """Every replica's weights (ZeRO 3: put together from every rank's chunks; tensor
+        parallelism: from every rank's shards) against one device on the global batch."""
         ref = reference_step(self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets,
                              self.optimizer, self.lr)
         worst_abs = worst_rel = 0.0
-        for d, replica in enumerate(self.replicas):
-            params = {}
-            for stage in replica.stages:
-                if self.zero == 3:
-                    flat = np.full_like(self._flat(stage.params), np.nan)
-                    for other in self.replicas:
-                        rank = other.stage_to_rank[stage.stage]
-                        own = self._flat(other.stages[stage.stage].params)
-                        for lo, hi in self._bucket_bounds(stage.stage, flat.size):
-                            a, b = self._chunk(rank, lo, hi)
-                            flat[a:b] = own[a:b]
-                    view = {name: np.empty_like(value) for name, value in stage.params.items()}
-                    self._unflat(flat, view)
-                    params.update(view)
-                else:
-                    params.update(stage.params)
+        for d in range(self.dp):
+            shards = [self._pipeline_params(d * self.tp + k) for k in range(self.tp)]
+            params = unshard_params(shards, self.cfg, self.tp) if self.tp > 1 else shards[0]
             abs_err, rel_err = max_errors(params, ref.params)
             worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
         losses = [np.mean(list(r.stages[-1].losses.values())) for r in self.replicas]
         return {"max_abs_err": worst_abs, "max_rel_err": worst_rel, "loss": float(np.mean(losses)),
                 "reference_loss": ref.loss, "params_compared": len(ref.params), "replicas": self.dp}
+
+    def _pipeline_params(self, i: int) -> dict[str, np.ndarray]:
+        """Pipeline i's parameters; under ZeRO 3 each chunk from the data-parallel rank that kept it."""
+        params = {}
+        replica = self.replicas[i]
+        for stage in replica.stages:
+            if self.zero != 3:
+                params.update(stage.params)
+                continue
+            flat = np.full_like(self._flat(stage.params), np.nan)
+            for d in range(self.dp):
+                other = self.replicas[d * self.tp + i % self.tp]
+                rank = other.stage_to_rank[stage.stage]
+                own = self._flat(other.stages[stage.stage].params)
+                for lo, hi in self._bucket_bounds(stage.stage, flat.size):
+                    a, b = self._chunk(rank, lo, hi)
+                    flat[a:b] = own[a:b]
+            view = {name: np.empty_like(value) for name, value in stage.params.items()}
+            self._unflat(flat, view)
+            params.update(view)
+        return params

@@ -15,6 +15,7 @@ import numpy as np
 from sim.numerics.optim import make_optimizer
 from sim.numerics.reference import reference_step
 from sim.numerics.stages import StageModel
+from sim.numerics.tensor_parallel import TensorParallelStage
 from sim.numerics.transformer import ShadowConfig, init_params
 
 DATA_STREAM = 1  # data come from default_rng([seed, DATA_STREAM]); parameters from default_rng(seed)
@@ -48,14 +49,23 @@ def max_errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple
     return abs_err, rel_err
 
 
+def _is_grad_sync(op) -> bool:
+    """The tensor-parallel sum of replicated gradients before the step (tag tp@d{d}.grads@{stage})."""
+    return ".grads@" in op.tag
+
+
 class PipelineNumerics:
     """Shadow-model numerics for one training step of a pipeline-parallel schedule."""
 
     def __init__(self, cfg: ShadowConfig, num_stages: int, num_microbatches: int, micro_batch_size: int,
                  stage_to_rank: dict[int, int], seed: int, optimizer: str = "adam", lr: float = 1e-3,
-                 data: tuple[np.ndarray, np.ndarray] | None = None, recompute_full: bool = False):
+                 data: tuple[np.ndarray, np.ndarray] | None = None, recompute_full: bool = False,
+                 tp: int = 1, tp_rank: int = 0, sequence_parallel: bool = False):
         """`data`: (tokens, targets), each (num_microbatches x micro_batch_size, seq_len), when the
-        batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`."""
+        batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`.
+        With `tp` > 1 this pipeline is tensor-parallel rank `tp_rank` of its group: its stages hold
+        that rank's shards, and each forward and backward runs piece by piece (ops with `part`),
+        its tensor-parallel collectives (on the "tp" stream) carrying the pieces' partial results."""
         if num_microbatches < 1 or micro_batch_size < 1:
             raise ValueError(f"num_microbatches ({num_microbatches}) and micro_batch_size ({micro_batch_size}) "
                              "must be >= 1")
@@ -72,8 +82,16 @@ class PipelineNumerics:
         self.lr = lr
         self.tokens, self.targets = data or make_batch(cfg, seed, num_microbatches * micro_batch_size)  # (m*b, s)
         params = init_params(cfg, seed)
-        self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full)
-                       for s in range(num_stages)]
+        self.tp = tp
+        if tp > 1:
+            self.stages = [TensorParallelStage(cfg, s, num_stages, params, num_microbatches, tp, tp_rank,
+                                               sequence_parallel, recompute_full) for s in range(num_stages)]
+        else:
+            self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full)
+                           for s in range(num_stages)]
+        self.running: dict[int, tuple[str, object, tuple]] = {}  # rank -> (op label, generator, its request)
+        self.answers: dict[int, np.ndarray] = {}  # rank -> the collective result its next piece resumes with
+        self.syncs: dict[tuple[int, str], object] = {}  # (rank, tag) -> a gradient sum waiting for its result
         self.optimizers = [make_optimizer(optimizer, lr) for _ in range(num_stages)]
         self.stepped: set[int] = set()
         self.store: dict[int, dict[tuple, np.ndarray]] = {rank: {} for rank in sorted(set(stage_to_rank.values()))}
@@ -93,30 +111,89 @@ class PipelineNumerics:
             raise RuntimeError(f"rank {rank}, {op.label}: {what} {_tag_text(tag)} used before it arrived")
         return store.pop(tag)
 
-    def run_compute(self, rank: int, op) -> None:
-        """Run F, B or OPT of `op.stage` (for `op.microbatch`) on `rank`'s store."""
+    def run_compute(self, rank: int, op) -> bool:
+        """Run F, B or OPT of `op.stage` (for `op.microbatch`) on `rank`'s store; for a piece of a
+        tensor-parallel op, run the op up to its next collective. True when the whole op is done."""
         s, mb = op.stage, op.microbatch
         if self.stage_to_rank.get(s) != rank:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} lives on rank {self.stage_to_rank.get(s)}")
+        if (op.part is not None) != (self.tp > 1 and op.phase != "OPT"):
+            raise RuntimeError(f"rank {rank}, {op.label}: with tensor parallelism {self.tp}, forwards and backwards "
+                               f"run in pieces, {'and' if self.tp > 1 else 'but'} this op is "
+                               f"{'whole' if op.part is None else 'a piece'}")
+        if op.part:
+            return self._resume(rank, op, self.answers.pop(rank, None))
         stage = self.stages[s]
-        store = self._rank_store(rank)
         if op.phase == "F":
             if stage.is_first:
                 inp = self._microbatch(self.tokens, mb)  # (b, s)
             else:
-                inp = self._take(rank, op, ("F", mb, s - 1), "activation")  # (b, s, h)
-            out = stage.forward(mb, inp, self._microbatch(self.targets, mb) if stage.is_last else None)
-            if not stage.is_last:
-                store[("F", mb, s)] = out  # (b, s, h)
+                inp = self._take(rank, op, ("F", mb, s - 1), "activation")  # (b, s, h) or its sequence chunk
+            run = stage.forward(mb, inp, self._microbatch(self.targets, mb) if stage.is_last else None)
         elif op.phase == "B":
-            dout = None if stage.is_last else self._take(rank, op, ("B", mb, s + 1), "gradient")  # (b, s, h)
-            dinp = stage.backward(mb, dout)
-            if not stage.is_first:
-                store[("B", mb, s)] = dinp  # (b, s, h)
+            dout = None if stage.is_last else self._take(rank, op, ("B", mb, s + 1), "gradient")
+            run = stage.backward(mb, dout)
         elif op.phase == "OPT":
             self._step(rank, op, s)
+            return True
         else:
             raise RuntimeError(f"rank {rank}, {op.label}: unknown phase {op.phase!r}")
+        if op.part is None:  # whole: `run` is the result
+            self._keep(rank, op, run)
+            return True
+        self.running[rank] = (op.label.rpartition(".")[0], run, None)
+        return self._resume(rank, op, None)
+
+    def _keep(self, rank: int, op, result) -> None:
+        """Store a finished forward's output or backward's input gradient for the next stage."""
+        stage = self.stages[op.stage]
+        if op.phase == "F" and not stage.is_last:
+            self._rank_store(rank)[("F", op.microbatch, op.stage)] = result
+        elif op.phase == "B" and not stage.is_first:
+            self._rank_store(rank)[("B", op.microbatch, op.stage)] = result
+
+    def _resume(self, rank: int, op, answer) -> bool:
+        """Run the rank's op in pieces up to its next collective (parked as its request)."""
+        if rank not in self.running or self.running[rank][0] != op.label.rpartition(".")[0]:
+            raise RuntimeError(f"rank {rank}, {op.label}: runs while {self.running.get(rank, ('nothing',))[0]} "
+                               "is the op in progress")
+        whole, run, _ = self.running[rank]
+        if op.part and answer is None:
+            raise RuntimeError(f"rank {rank}, {op.label}: runs before the collective that ends piece {op.part - 1}")
+        try:
+            request = run.send(answer) if op.part else next(run)
+        except StopIteration as finished:
+            del self.running[rank]
+            self._keep(rank, op, finished.value)
+            return True
+        self.running[rank] = (whole, run, request)
+        return False
+
+    def tensor_parallel_input(self, rank: int, op) -> np.ndarray:
+        """This rank's input to the tensor-parallel collective `op`: what its op in progress asked
+        for, or (tag ...grads@{stage}) the replicated parameters' gradients to sum before the step."""
+        if _is_grad_sync(op):
+            sync = self.stages[int(op.tag.rpartition("@")[2])].grad_sync()
+            kind, flat = next(sync)
+            self.syncs[(rank, op.tag)] = sync
+            return flat
+        whole, _, request = self.running.get(rank, ("nothing", None, None))
+        if request is None or request[0] != op.kind:
+            raise RuntimeError(f"rank {rank}, {op.label}: {whole} asks for "
+                               f"{'nothing' if request is None else request[0]} here, not {op.kind}")
+        return request[1]
+
+    def tensor_parallel_output(self, rank: int, op, result: np.ndarray) -> None:
+        """The collective's result: the answer the op's next piece resumes with; a gradient sum is
+        written into the gradients at once."""
+        if not _is_grad_sync(op):
+            self.answers[rank] = result
+            return
+        try:
+            self.syncs.pop((rank, op.tag)).send(result)
+        except StopIteration:
+            return
+        raise RuntimeError(f"rank {rank}, {op.label}: the gradient sum asked for a second collective")
 
     def _step(self, rank: int, op, s: int) -> None:
         stage = self.stages[s]

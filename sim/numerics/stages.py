@@ -37,7 +37,49 @@ def stage_param_names(cfg: ShadowConfig, stage: int, num_stages: int) -> list[st
     return names
 
 
-class StageModel:
+class StageChecks:
+    """The order rules every stage keeps, whole or tensor-parallel: a microbatch's forward once,
+    before its backward, within 0..m-1; the last stage's backward seeded by the loss. Subclasses
+    set stage, num_microbatches, is_last, _tapes (mb -> what the backward needs) and backward_done."""
+
+    stage: int
+    num_microbatches: int
+    is_last: bool
+    _tapes: dict[int, object]
+    backward_done: set[int]
+
+    def _where(self, mb: int) -> str:
+        return f"stage {self.stage}, microbatch {mb}"
+
+    def _check_forward(self, mb: int, targets) -> None:
+        if not 0 <= mb < self.num_microbatches:
+            raise RuntimeError(f"{self._where(mb)}: microbatch outside 0..{self.num_microbatches - 1}")
+        if mb in self._tapes:
+            raise RuntimeError(f"{self._where(mb)}: forward run twice (its backward has not run yet)")
+        if mb in self.backward_done:
+            raise RuntimeError(f"{self._where(mb)}: forward run again after its backward")
+        if self.is_last and targets is None:
+            raise ValueError(f"{self._where(mb)}: the last stage needs the targets to compute the loss")
+
+    def _check_backward(self, mb: int, dout) -> float | np.ndarray:
+        """The backward's seed: 1/m on the last stage (dL/dloss_mb), else `dout`."""
+        if mb not in self._tapes:
+            raise RuntimeError(f"{self._where(mb)}: backward before its forward")
+        if self.is_last != (dout is None):
+            expected = "None (the loss seeds it)" if self.is_last else "the gradient from the next stage"
+            raise ValueError(f"{self._where(mb)}: backward dout must be {expected}")
+        return 1.0 / self.num_microbatches if self.is_last else dout
+
+    def pending_microbatches(self) -> list[int]:
+        """Microbatches whose forward cache is still held (forward ran, backward did not)."""
+        return sorted(self._tapes)
+
+    def missing_backward(self) -> list[int]:
+        """Microbatches whose gradient has not been accumulated yet."""
+        return sorted(set(range(self.num_microbatches)) - self.backward_done)
+
+
+class StageModel(StageChecks):
     """One pipeline stage: its parameters, accumulated gradients and per-microbatch caches.
 
     `params` may be the full parameter dict; the stage keeps (copies of) only the ones it owns.
@@ -61,20 +103,10 @@ class StageModel:
         self._tapes: dict[int, object] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
         self.recompute_full = recompute_full
 
-    def _where(self, mb: int) -> str:
-        return f"stage {self.stage}, microbatch {mb}"
-
     def forward(self, mb: int, inp: np.ndarray, targets: np.ndarray | None = None):
         """Stage 0 takes tokens (b, s), others activations (b, s, h). Returns activations (b, s, h),
         or on the last stage (which needs `targets` (b, s)) the microbatch's mean token loss."""
-        if not 0 <= mb < self.num_microbatches:
-            raise RuntimeError(f"{self._where(mb)}: microbatch outside 0..{self.num_microbatches - 1}")
-        if mb in self._tapes:
-            raise RuntimeError(f"{self._where(mb)}: forward run twice (its backward has not run yet)")
-        if mb in self.backward_done:
-            raise RuntimeError(f"{self._where(mb)}: forward run again after its backward")
-        if self.is_last and targets is None:
-            raise ValueError(f"{self._where(mb)}: the last stage needs the targets to compute the loss")
+        self._check_forward(mb, targets)
         out, tape = model_forward(self.params, self.cfg, inp, self.layers, embed=self.is_first,
                                   targets=targets if self.is_last else None)
         self._tapes[mb] = (inp, targets if self.is_last else None) if self.recompute_full else tape
@@ -86,12 +118,7 @@ class StageModel:
         """Accumulate this microbatch's parameter gradients and free its cache. `dout` is
         dL/d(output) (b, s, h), or None on the last stage, which seeds dL/dloss_mb = 1/m.
         Returns dL/d(input) (b, s, h), or None on stage 0 (tokens have no gradient)."""
-        if mb not in self._tapes:
-            raise RuntimeError(f"{self._where(mb)}: backward before its forward")
-        if self.is_last != (dout is None):
-            expected = "None (the loss seeds it)" if self.is_last else "the gradient from the next stage"
-            raise ValueError(f"{self._where(mb)}: backward dout must be {expected}")
-        seed = 1.0 / self.num_microbatches if self.is_last else dout
+        seed = self._check_backward(mb, dout)
         tape = self._tapes.pop(mb)
         if self.recompute_full:  # run the forward again from the kept input
             inp, targets = tape
@@ -101,11 +128,3 @@ class StageModel:
             self.grads[name] += g
         self.backward_done.add(mb)
         return dinp
-
-    def pending_microbatches(self) -> list[int]:
-        """Microbatches whose forward cache is still held (forward ran, backward did not)."""
-        return sorted(self._tapes)
-
-    def missing_backward(self) -> list[int]:
-        """Microbatches whose gradient has not been accumulated yet."""
-        return sorted(set(range(self.num_microbatches)) - self.backward_done)

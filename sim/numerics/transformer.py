@@ -136,33 +136,43 @@ def layernorm_backward(dout, cache):
 
 def attention_forward(p, name, x, heads):
     """Causal MHA: [q k v] = x W_qkv + b_qkv; A = softmax(q k^T / sqrt(d) + mask); y = (A v) W_o + b_o."""
-    b, s, h = x.shape
-    d = h // heads
     qkv, c_qkv = linear_forward(p, f"{name}.qkv", x)  # (b, s, 3h)
+    y, c_core = attention_core_forward(qkv, heads)  # (b, s, h)
+    out, c_proj = linear_forward(p, f"{name}.proj", y)  # (b, s, h)
+    return out, (c_qkv, c_core, c_proj)
+
+
+def attention_backward(dout, cache):
+    c_qkv, c_core, c_proj = cache
+    dy, grads = linear_backward(dout, c_proj)  # (b, s, h)
+    dx, g_qkv = linear_backward(attention_core_backward(dy, c_core), c_qkv)  # (b, s, h)
+    return dx, grads | g_qkv
+
+
+def attention_core_forward(qkv, heads):
+    """Causal attention of `heads` heads from their [q k v] (b, s, 3w) -> (A v) (b, s, w), head
+    width d = w / heads (a tensor-parallel shard runs its a/t heads through the same code)."""
+    b, s, three_w = qkv.shape
+    d = three_w // 3 // heads
     q, k, v = (t.reshape(b, s, heads, d).transpose(0, 2, 1, 3) for t in np.split(qkv, 3, axis=-1))  # (b, nh, s, d)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d)  # (b, nh, s, s)
     scores = np.where(np.triu(np.ones((s, s), dtype=bool), k=1), -np.inf, scores)
     att = np.exp(scores - scores.max(axis=-1, keepdims=True))  # (b, nh, s, s)
     att /= att.sum(axis=-1, keepdims=True)
-    y = (att @ v).transpose(0, 2, 1, 3).reshape(b, s, h)  # (b, s, h)
-    out, c_proj = linear_forward(p, f"{name}.proj", y)  # (b, s, h)
-    return out, (c_qkv, q, k, v, att, c_proj)
+    return (att @ v).transpose(0, 2, 1, 3).reshape(b, s, heads * d), (q, k, v, att)  # (b, s, w)
 
 
-def attention_backward(dout, cache):
-    """Softmax rows: dS = A * (dA - rowsum(dA * A)); masked entries have A = 0, so dS = 0 there."""
-    c_qkv, q, k, v, att, c_proj = cache
+def attention_core_backward(dy, cache):
+    """Softmax rows: dS = A * (dA - rowsum(dA * A)); masked entries have A = 0, so dS = 0 there.
+    Returns d[q k v] (b, s, 3w)."""
+    q, k, v, att = cache
     b, nh, s, d = q.shape
-    dy, grads = linear_backward(dout, c_proj)  # (b, s, h)
     dy = dy.reshape(b, s, nh, d).transpose(0, 2, 1, 3)  # (b, nh, s, d)
     datt = dy @ v.transpose(0, 1, 3, 2)  # (b, nh, s, s)
     dv = att.transpose(0, 1, 3, 2) @ dy  # (b, nh, s, d)
     dscores = att * (datt - (datt * att).sum(axis=-1, keepdims=True)) / math.sqrt(d)  # (b, nh, s, s)
-    dq = dscores @ k  # (b, nh, s, d)
-    dk = dscores.transpose(0, 1, 3, 2) @ q  # (b, nh, s, d)
-    dqkv = np.concatenate([t.transpose(0, 2, 1, 3).reshape(b, s, nh * d) for t in (dq, dk, dv)], axis=-1)  # (b, s, 3h)
-    dx, g_qkv = linear_backward(dqkv, c_qkv)  # (b, s, h)
-    return dx, grads | g_qkv
+    dq, dk = dscores @ k, dscores.transpose(0, 1, 3, 2) @ q  # (b, nh, s, d)
+    return np.concatenate([t.transpose(0, 2, 1, 3).reshape(b, s, nh * d) for t in (dq, dk, dv)], axis=-1)
 
 
 def gelu(x):

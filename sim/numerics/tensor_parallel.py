@@ -1,0 +1,315 @@
+"""Megatron tensor parallelism (Shoeybi et al. 2019) and sequence parallelism (Korthikanti et al.
+2022) on the shadow model: one rank k of a tensor-parallel group of t ranks runs its shard of a
+pipeline stage, and every sum or gather over the group is a real collective.
+
+    column-parallel  Y_k = X W_k,  W = [W_0 ... W_{t-1}]     (qkv by heads, fc by ffn, head by vocab)
+    row-parallel     Y = sum_k X_k W_k + b,  W = [W_0; ...; W_{t-1}]   (attn proj, mlp proj)
+
+Each column-parallel layer is entered through f and each row-parallel one left through g:
+f = identity forward / all-reduce backward, g = all-reduce forward / identity backward. With
+sequence parallelism the activations outside those regions are split along the sequence, f becomes
+an all-gather (reduce-scatter backward) and g a reduce-scatter (all-gather backward). f and g are
+each other's backward, so `_enter_tp` and `_leave_tp` below serve both directions.
+
+`forward`, `backward` and `grad_sync` return generators: when the math needs a collective the
+generator yields (kind, this rank's input in sim/collectives/ops.py's meaning) and is sent the
+rank's output; its return value (StopIteration.value) is the op's result. A caller drives the t
+ranks' generators in lockstep; they share no mutable state.
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+
+from sim.numerics.stages import StageChecks, stage_layers, stage_param_names
+from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward, gelu,
+                                      gelu_grad, layernorm_backward, layernorm_forward, linear_backward,
+                                      linear_forward)
+
+# parameter kind -> (dim cut into t pieces, blocks cut alike); rank k keeps piece k of each block
+SHARDED = {
+    "attn.qkv.w": (-1, 3), "attn.qkv.b": (-1, 3),  # column-parallel by heads, within each of q, k, v
+    "attn.proj.w": (0, 1),  # row-parallel, the same heads
+    "mlp.fc.w": (-1, 1), "mlp.fc.b": (-1, 1),  # column-parallel by ffn
+    "mlp.proj.w": (0, 1),  # row-parallel, the same ffn slice
+    "embed.tok": (0, 1), "head.w": (-1, 1),  # vocab-parallel
+}
+
+
+def _kind(name: str) -> str:
+    """"layer3.attn.qkv.w" -> "attn.qkv.w"; non-layer names are their own kind."""
+    return name.partition(".")[2] if name.startswith("layer") else name
+
+
+def check_tp_degree(cfg: ShadowConfig, tp: int) -> None:
+    """Raise ValueError unless t divides the heads, the ffn width and the vocabulary."""
+    sizes = {"heads": cfg.heads, "ffn": cfg.ffn, "vocab": cfg.vocab}
+    bad = [f"{knob} ({size})" for knob, size in sizes.items() if tp < 1 or size % tp]
+    if bad:
+        raise ValueError(f"tensor-parallel degree {tp} must divide heads ({cfg.heads}), ffn ({cfg.ffn}) and "
+                         f"vocab ({cfg.vocab}); it does not divide {', '.join(bad)}")
+
+
+def shard_params(params: dict[str, np.ndarray], cfg: ShadowConfig, names, tp: int, k: int) -> dict[str, np.ndarray]:
+    """Rank k's copy of each named parameter: its piece of the sharded ones, the replicated ones whole."""
+    check_tp_degree(cfg, tp)
+    if not 0 <= k < tp:
+        raise ValueError(f"tensor-parallel rank {k} is outside 0..{tp - 1}")
+    shards = {}
+    for name in names:
+        if _kind(name) not in SHARDED:
+            shards[name] = params[name].copy()
+            continue
+        dim, blocks = SHARDED[_kind(name)]
+        shards[name] = np.concatenate([np.split(block, tp, axis=dim)[k]
+                                       for block in np.split(params[name], blocks, axis=dim)], axis=dim)
+    return shards
+
+
+def unshard_params(shards: list[dict[str, np.ndarray]], cfg: ShadowConfig, tp: int) -> dict[str, np.ndarray]:
+    """Inverse of `shard_params` over ranks 0..t-1; replicated parameters are taken from rank 0."""
+    check_tp_degree(cfg, tp)
+    if len(shards) != tp:
+        raise ValueError(f"{len(shards)} shards for a tensor-parallel degree of {tp}")
+    full = {}
+    for name, value in shards[0].items():
+        if _kind(name) not in SHARDED:
+            full[name] = value.copy()
+            continue
+        dim, blocks = SHARDED[_kind(name)]
+        per_rank = [np.split(shard[name], blocks, axis=dim) for shard in shards]
+        full[name] = np.concatenate([np.concatenate([pieces[j] for pieces in per_rank], axis=dim)
+                                     for j in range(blocks)], axis=dim)
+    return full
+
+
+# ---- sequence layout --------------------------------------------------
+
+def _seq_major(x):
+    """(b, s, h) -> flat (s, b, h), so an array_split into t chunks cuts sequence ranges."""
+    return x.transpose(1, 0, 2).reshape(-1)
+
+
+def _batch_major(flat, b, h):
+    """Inverse of `_seq_major` for any sequence length."""
+    return flat.reshape(-1, b, h).transpose(1, 0, 2)  # (b, s', h)
+
+
+def _flat2(x):
+    return x.reshape(-1, x.shape[-1])  # (b*s, last)
+
+
+class TensorParallelStage(StageChecks):
+    """Tensor-parallel rank k of one pipeline stage (StageModel's layers, interface and checks).
+
+    Activations between stages are (b, s, h), identical on every rank, or with sequence
+    parallelism this rank's sequence chunk k (b, s/t, h); stage 0 takes tokens (b, s) on every rank.
+    `params` and `grads` hold this rank's shards (`shard_params`).
+    """
+
+    def __init__(self, cfg: ShadowConfig, stage: int, num_stages: int, params: dict[str, np.ndarray],
+                 num_microbatches: int, tp: int, k: int, sequence_parallel: bool = False,
+                 recompute_full: bool = False):
+        """`recompute_full`: keep only each microbatch's input and run the forward (with its
+        collectives) again at the start of the backward."""
+        self.cfg = cfg
+        self.stage = stage
+        self.num_stages = num_stages
+        self.num_microbatches = num_microbatches
+        self.tp, self.tp_rank = tp, k
+        self.sequence_parallel = sequence_parallel
+        self.recompute_full = recompute_full
+        self.layers = stage_layers(cfg, stage, num_stages)
+        self.is_first = stage == 0
+        self.is_last = stage == num_stages - 1
+        self.params = shard_params(params, cfg, stage_param_names(cfg, stage, num_stages), tp, k)
+        self.grads = {name: np.zeros_like(value) for name, value in self.params.items()}
+        self.losses: dict[int, float] = {}
+        self.backward_done: set[int] = set()
+        self._tapes: dict[int, object] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
+
+    def _where(self, mb: int) -> str:
+        return f"stage {self.stage}, tp rank {self.tp_rank}, microbatch {mb}"
+
+    # -- public ops: checked when called, run as generators -----------------------------------------
+
+    def forward(self, mb: int, inp: np.ndarray, targets: np.ndarray | None = None):
+        """Generator returning this stage's output activations, or on the last stage (which needs
+        `targets` (b, s)) the microbatch's mean token loss (equal on every rank)."""
+        self._check_forward(mb, targets)
+        if self.sequence_parallel and self.is_first and inp.shape[1] % self.tp:
+            raise ValueError(f"{self._where(mb)}: sequence parallelism needs tp ({self.tp}) to divide the "
+                             f"sequence length ({inp.shape[1]})")
+        return self._forward(mb, inp, targets if self.is_last else None)
+
+    def backward(self, mb: int, dout: np.ndarray | None):
+        """Generator accumulating this microbatch's gradients and returning dL/d(input) in the
+        input's layout (None on stage 0). `dout` is None on the last stage, which seeds 1/m."""
+        seed = self._check_backward(mb, dout)
+        return self._backward(mb, seed, self._tapes.pop(mb))
+
+    def grad_sync(self):
+        """Generator summing over the group the gradients that sequence parallelism leaves partial:
+        every replicated parameter but embed.pos (layernorm g and b, attn.proj.b, mlp.proj.b, final_ln
+        g and b), as they act on sequence chunks. Run it once per step, after the last backward and
+        before the optimizer. Without sequence parallelism every gradient is whole: it yields nothing."""
+        if self.missing_backward():
+            raise RuntimeError(f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the backward of "
+                               f"microbatches {self.missing_backward()}")
+        return self._grad_sync()
+
+    # -- the generators -----------------------------------------------------------------------------
+
+    def _forward(self, mb, inp, targets):
+        out, tape = yield from self._run_forward(inp, targets)
+        self._tapes[mb] = (inp, targets) if self.recompute_full else tape
+        if self.is_last:
+            self.losses[mb] = out
+        return out
+
+    def _run_forward(self, inp, targets):
+        tape = []
+        x = inp
+        if self.is_first:
+            x, cache = yield from self._embed_forward(x)  # (b, s, h) or (b, s/t, h)
+            tape.append((self._embed_backward, cache))
+        for i in self.layers:
+            x, cache = yield from self._block_forward(f"layer{i}", x)
+            tape.append((self._block_backward, cache))
+        if self.is_last:
+            x, cache = yield from self._head_forward(x, targets)
+            tape.append((self._head_backward, cache))
+        return x, tape
+
+    def _backward(self, mb, seed, kept):
+        tape = (yield from self._run_forward(*kept))[1] if self.recompute_full else kept
+        dout, grads = seed, {}
+        for backward, cache in reversed(tape):
+            dout, g = yield from backward(dout, cache)
+            grads |= g
+        for name, g in grads.items():
+            self.grads[name] += g
+        self.backward_done.add(mb)
+        return dout
+
+    def _grad_sync(self):
+        if not self.sequence_parallel:
+            return
+        names = [n for n in self.grads if _kind(n) not in SHARDED and n != "embed.pos"]
+        total = yield ("all_reduce", np.concatenate([self.grads[n].reshape(-1) for n in names]))
+        offset = 0
+        for n in names:
+            g = self.grads[n]
+            g[...] = total[offset:offset + g.size].reshape(g.shape)
+            offset += g.size
+
+    # -- f and g ------------------------------------------------------------------------------------
+
+    def _enter_tp(self, x):
+        """f: before a column-parallel layer; SP gathers the sequence chunks (b, s/t, h) -> (b, s, h)."""
+        if not self.sequence_parallel:
+            return x
+        b, _, h = x.shape
+        return _batch_major((yield ("all_gather", _seq_major(x))), b, h)
+
+    def _leave_tp(self, x):
+        """g: after a row-parallel layer, sum the ranks' partial (b, s, h); SP keeps chunk k (b, s/t, h)."""
+        if not self.sequence_parallel:
+            return (yield ("all_reduce", x))
+        b, _, h = x.shape
+        return _batch_major((yield ("reduce_scatter", _seq_major(x))), b, h)
+
+    # -- pieces: forward (out, cache) and backward (dx, grads), each a generator --------------------
+
+    def _column_forward(self, name, x):
+        return linear_forward(self.params, name, (yield from self._enter_tp(x)))  # (b, s, out/t)
+
+    def _column_backward(self, dout, cache):
+        dx, grads = linear_backward(dout, cache)  # dx partial (b, s, h)
+        return (yield from self._leave_tp(dx)), grads
+
+    def _row_forward(self, name, x):
+        """Y = sum_k X_k W_k, then + b once: x (b, s, in/t) -> (b, s, h) or (b, s/t, h)."""
+        return (yield from self._leave_tp(x @ self.params[f"{name}.w"])) + self.params[f"{name}.b"]
+
+    def _row_backward(self, name, dout, x):
+        """The bias gradient sums `dout` as it comes (a sequence chunk under SP: partial)."""
+        dfull = yield from self._enter_tp(dout)  # (b, s, h)
+        grads = {f"{name}.w": _flat2(x).T @ _flat2(dfull), f"{name}.b": _flat2(dout).sum(axis=0)}
+        return dfull @ self.params[f"{name}.w"].T, grads  # (b, s, in/t)
+
+    def _embed_forward(self, tokens):
+        """Rank k looks up its vocab rows (zeros elsewhere), rank 0 adds the positions, g sums."""
+        rows = self.params["embed.tok"].shape[0]
+        local = tokens - self.tp_rank * rows  # (b, s)
+        inside = (local >= 0) & (local < rows)
+        x = np.where(inside[..., None], self.params["embed.tok"][np.where(inside, local, 0)], 0)  # (b, s, h)
+        if self.tp_rank == 0:
+            x = x + self.params["embed.pos"][: tokens.shape[1]]
+        return (yield from self._leave_tp(x)), (local, inside)
+
+    def _embed_backward(self, dout, cache):
+        local, inside = cache
+        dout = yield from self._enter_tp(dout)  # (b, s, h)
+        dtok = np.zeros_like(self.params["embed.tok"])  # (V/t, h)
+        np.add.at(dtok, local[inside], dout[inside])
+        dpos = np.zeros_like(self.params["embed.pos"])  # (seq_len, h), whole on every rank
+        dpos[: local.shape[1]] = dout.sum(axis=0)
+        return None, {"embed.tok": dtok, "embed.pos": dpos}
+
+    def _block_forward(self, n, x):
+        """Pre-LN block on x (b, s, h), or (b, s/t, h) under SP, with the attention's heads and the
+        MLP's ffn slice of rank k."""
+        a, c_ln1 = layernorm_forward(self.params, f"{n}.ln1", x)
+        qkv, c_qkv = yield from self._column_forward(f"{n}.attn.qkv", a)  # (b, s, 3h/t)
+        y, c_att = attention_core_forward(qkv, self.cfg.heads // self.tp)  # (b, s, h/t)
+        x = x + (yield from self._row_forward(f"{n}.attn.proj", y))
+        m, c_ln2 = layernorm_forward(self.params, f"{n}.ln2", x)
+        u, c_fc = yield from self._column_forward(f"{n}.mlp.fc", m)  # (b, s, ffn/t)
+        x = x + (yield from self._row_forward(f"{n}.mlp.proj", gelu(u)))
+        return x, (n, c_ln1, c_qkv, c_att, y, c_ln2, c_fc, u)
+
+    def _block_backward(self, dout, cache):
+        n, c_ln1, c_qkv, c_att, y, c_ln2, c_fc, u = cache
+        dg, grads = yield from self._row_backward(f"{n}.mlp.proj", dout, gelu(u))  # (b, s, ffn/t)
+        dm, g = yield from self._column_backward(dg * gelu_grad(u), c_fc)
+        grads |= g
+        dm, g = layernorm_backward(dm, c_ln2)
+        dmid = dout + dm  # (b, s, h) or (b, s/t, h)
+        grads |= g
+        dy, g = yield from self._row_backward(f"{n}.attn.proj", dmid, y)  # (b, s, h/t)
+        grads |= g
+        da, g = yield from self._column_backward(attention_core_backward(dy, c_att), c_qkv)
+        grads |= g
+        da, g = layernorm_backward(da, c_ln1)
+        return dmid + da, grads | g
+
+    def _head_forward(self, x, targets):
+        """Final LN, vocab-parallel logits z_k (b, s, V/t), and the cross-entropy from one all-gather
+        of each rank's (logsumexp z_k, z_k[target] or 0): lse = logsumexp over ranks, z[target] = sum."""
+        y, c_ln = layernorm_forward(self.params, "final_ln", x)
+        y = yield from self._enter_tp(y)  # (b, s, h)
+        z = y @ self.params["head.w"]  # (b, s, V/t)
+        local = targets - self.tp_rank * z.shape[-1]
+        inside = (local >= 0) & (local < z.shape[-1])
+        zmax = z.max(axis=-1)  # (b, s)
+        lse_k = zmax + np.log(np.exp(z - zmax[..., None]).sum(axis=-1))  # (b, s)
+        picked = np.take_along_axis(z, np.where(inside, local, 0)[..., None], axis=-1)[..., 0]  # (b, s)
+        parts = yield ("all_gather", np.stack([lse_k, np.where(inside, picked, 0)]).reshape(-1))
+        parts = parts.reshape(self.tp, 2, *targets.shape)  # (t, 2, b, s)
+        top = parts[:, 0].max(axis=0)
+        lse = top + np.log(np.exp(parts[:, 0] - top).sum(axis=0))  # (b, s)
+        loss = float((lse - parts[:, 1].sum(axis=0)).mean())
+        return loss, (c_ln, y, z, lse, local, inside)
+
+    def _head_backward(self, seed, cache):
+        """dz_k = (softmax_k - onehot_k) seed / N with N = b s; the head's input gradient is partial."""
+        c_ln, y, z, lse, local, inside = cache
+        onehot = np.zeros_like(z)
+        np.put_along_axis(onehot, np.where(inside, local, 0)[..., None], inside[..., None].astype(z.dtype), axis=-1)
+        dz = (np.exp(z - lse[..., None]) - onehot) * (seed / lse.size)  # (b, s, V/t)
+        dw = _flat2(y).T @ _flat2(dz)  # (h, V/t)
+        dx = yield from self._leave_tp(dz @ self.params["head.w"].T)  # (b, s, h) or (b, s/t, h)
+        dx, g_ln = layernorm_backward(dx, c_ln)
+        return dx, g_ln | {"head.w": dw}
