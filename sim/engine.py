@@ -29,9 +29,10 @@ from typing import Protocol
 import simpy
 
 from schedules.ir import Collective, Compute, Op, Program, Recv, Send
-from sim.collectives.run import run_collective
+from sim.collectives.run import apply_collective, run_collective
 from sim.network import Network
 from sim.records import EventLog, Span
+from sim.shortcut import Shortcuts
 
 class _Done:
     """The end of an op others wait on, or a message's arrival: its time `at` (None until known),
@@ -107,16 +108,17 @@ def _collector_paused():
 
 def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
                 rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None,
-                on_progress: Callable[[int], None] | None = None) -> EventLog:
+                on_progress: Callable[[int], None] | None = None, shortcuts: Shortcuts | None = None) -> EventLog:
     """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck.
     `on_progress(ops done)` is called every PROGRESS_EVERY ops and at the end (a progress bar's
-    hook; the engine itself prints nothing)."""
+    hook; the engine itself prints nothing). `shortcuts`: replay the collectives of the groups it
+    allows instead of moving their flows again (sim.shortcut; the same times)."""
+    rank_to_gpu = rank_to_gpu or {rank: rank for rank in program.ranks}
     with _collector_paused():
-        return _run(program, network, compute_time_s, rank_to_gpu or {rank: rank for rank in program.ranks},
-                    numerics, on_progress)
+        return _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, shortcuts)
 
 
-def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress) -> EventLog:
+def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, shortcuts) -> EventLog:
     env = network.env
     report_at = [PROGRESS_EVERY]
     spans: list[Span] = []
@@ -157,9 +159,18 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress) -
 
     def run_group(op: Collective, inputs: dict[int, object], done: simpy.Event):
         buffers = [inputs[r] for r in op.group] if numerics is not None else None
-        outputs = yield env.process(run_collective(
-            network, op.kind, op.algorithm, [rank_to_gpu[r] for r in op.group], buffers, op.nbytes,
-            label=f"{op.stream}:{op.label}"))
+        gpus = tuple(rank_to_gpu[r] for r in op.group)
+        label = f"{op.stream}:{op.label}"
+        if shortcuts is not None and shortcuts.applies(gpus):
+            recording = shortcuts.recording(op.kind, op.algorithm, gpus, op.nbytes)
+            start = env.now
+            yield env.timeout(recording.duration_s)
+            network.replay(recording, start, label)
+            outputs = (apply_collective(network.graph, op.kind, op.algorithm, gpus, buffers, op.nbytes)
+                       if buffers is not None else None)
+        else:
+            outputs = yield env.process(run_collective(network, op.kind, op.algorithm, gpus, buffers, op.nbytes,
+                                                       label=label))
         done.succeed(dict(zip(op.group, outputs)) if outputs is not None else {})
 
     def walk(rank: int, stream: str, ops: list[Op]):

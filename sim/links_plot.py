@@ -24,20 +24,22 @@ def utilisation_matrix(stats: LinkStats, links: np.ndarray, step_s: float,
                        bins: int = TIME_BINS) -> np.ndarray:
     """(len(links), bins) mean utilisation of each link in each time bin.
 
-    The timeline holds each link's load (B/s) from one re-share to the next; a bin's utilisation
-    is the time-weighted mean load over the bin / the link's bandwidth.
+    The timeline holds each link's load (B/s) from the time it changed until its next change; a
+    bin's utilisation is the time-weighted mean load over the bin / the link's bandwidth.
     """
     edges = np.linspace(0.0, step_s, bins + 1)
     out = np.zeros((len(links), bins))
-    row_of = {int(link): i for i, link in enumerate(links)}
+    row_of = np.full(len(stats.capacity_Bps), -1)
+    row_of[links] = np.arange(len(links))
+    util = np.zeros(len(links))  # the chosen links' utilisation since the last change
     times = [t for t, _, _ in stats.timeline] + [step_s]
     for (t0, ids, loads), t1 in zip(stats.timeline, times[1:]):
-        if t1 <= t0:
-            continue
-        overlap = np.clip(np.minimum(edges[1:], t1) - np.maximum(edges[:-1], t0), 0.0, None)  # (bins,)
-        for link, load in zip(ids.tolist(), loads.tolist()):
-            if link in row_of:
-                out[row_of[link]] += load / stats.capacity_Bps[link] * overlap
+        rows = row_of[ids]
+        mine = rows >= 0
+        util[rows[mine]] = loads[mine] / stats.capacity_Bps[ids[mine]]
+        if t1 > t0:
+            overlap = np.clip(np.minimum(edges[1:], t1) - np.maximum(edges[:-1], t0), 0.0, None)  # (bins,)
+            out += util[:, None] * overlap
     return out / np.diff(edges)
 
 

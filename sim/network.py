@@ -18,6 +18,9 @@ ignored. There is no second event queue.
 
 from __future__ import annotations
 
+import copy
+from typing import NamedTuple
+
 import networkx as nx
 import numpy as np
 import simpy
@@ -32,6 +35,21 @@ FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
 _flow_span = tuple.__new__  # a FlowSpan without the NamedTuple's Python-level __new__ (hot path)
 PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
+
+
+class Recording(NamedTuple):
+    """A network's activity from t = 0, to be replayed: how long it took, the links it used with
+    their bytes, busy time and peak flows, its load changes and its messages (as finish records)."""
+
+    duration_s: float
+    links: np.ndarray
+    bytes: np.ndarray
+    busy_s: np.ndarray
+    peak_flows: np.ndarray
+    timeline: tuple
+    messages: tuple
+    reshares: int
+    flows_reshared: int
 
 
 class _Group:
@@ -55,6 +73,19 @@ class Network:
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self.router = router or make_router(graph)
+        self._latency_cache: dict[tuple[int, int], float] = {}
+        self._pattern_cache: dict[tuple[bytes, bytes], tuple] = {}
+        self._reset_state()
+
+    def fresh(self, env: simpy.Environment) -> Network:
+        """An idle network on the same graph sharing this one's routes and caches (cheap: no
+        re-reading of the graph), with no flows and no statistics."""
+        twin = copy.copy(self)
+        twin.env = env
+        twin._reset_state()
+        return twin
+
+    def _reset_state(self) -> None:
         self._flows = ActiveFlows(self.capacity_Bps)
         self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
         self._t = 0.0
@@ -65,12 +96,11 @@ class Network:
         self.link_bytes = np.zeros(self.num_links)
         self.link_busy_s = np.zeros(self.num_links)
         self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
-        self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, load B/s) after each re-share
+        self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, new load B/s) of the
+        self._load = np.zeros(self.num_links)  # links whose load changed at a re-share; the load as of the last one
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple | FlowSpan] = []  # finish batches as arrays, or single signals
-        self._latency_cache: dict[tuple[int, int], float] = {}
-        self._pattern_cache: dict[tuple[bytes, bytes], tuple] = {}
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -172,8 +202,9 @@ class Network:
         """Record the new loads, then schedule one timeout for the next batch of finishes."""
         self._generation += 1
         flows = self._flows
-        busy = np.flatnonzero(flows.count)
-        self.timeline.append((self.env.now, busy, flows.load[busy]))
+        changed = np.flatnonzero(flows.load != self._load)
+        self._load[changed] = flows.load[changed]
+        self.timeline.append((self.env.now, changed, self._load[changed]))
         if not flows.num_alive:
             return
         np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
@@ -228,10 +259,37 @@ class Network:
         return spans
 
     def link_stats(self, window_s: float) -> LinkStats:
-        """Per-link totals; utilisation = bytes / (bandwidth x window)."""
+        """Per-link totals; utilisation = bytes / (bandwidth x window). Timeline entries in time
+        order (replayed collectives were added after the fact)."""
         util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
         return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
-                         self.link_peak_flows.copy(), tuple(self.timeline))
+                         self.link_peak_flows.copy(), tuple(sorted(self.timeline, key=lambda entry: entry[0])))
+
+    # -- collectives timed once, replayed ------------------------------------------------------
+
+    def recording(self) -> Recording:
+        """What this network did so far, to be replayed elsewhere: for a collective run alone on
+        a `fresh` network (see sim.shortcut)."""
+        used = np.flatnonzero(self.link_bytes)
+        return Recording(self.env.now, used, self.link_bytes[used], self.link_busy_s[used],
+                         self.link_peak_flows[used], tuple(self.timeline),
+                         tuple(r for r in self._done_records if not isinstance(r, FlowSpan)),
+                         self.reshares, self.flows_reshared)
+
+    def replay(self, recording: Recording, start_s: float, label: str) -> None:
+        """Add a recording's link statistics, load changes and messages as if it had run from
+        `start_s` under `label`. Exact only where nothing else used its links meanwhile."""
+        r = recording
+        self.link_bytes[r.links] += r.bytes
+        self.link_busy_s[r.links] += r.busy_s
+        np.maximum.at(self.link_peak_flows, r.links, r.peak_flows)
+        self.timeline.extend((start_s + t, ids, loads) for t, ids, loads in r.timeline)
+        gid = len(self._labels)
+        self._labels.append(label)
+        for src, dst, start, end, nbytes, _, ptr, links in r.messages:
+            self._record(src, dst, start + start_s, end + start_s, nbytes, gid, ptr, links)
+        self.reshares += r.reshares
+        self.flows_reshared += r.flows_reshared
 
 
 def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

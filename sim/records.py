@@ -50,8 +50,8 @@ class LinkStats:
     """Per-link totals of a run (arrays indexed by link id) and the load timeline.
 
     utilisation_l = bytes_l / (bandwidth_l x step time); busy_s_l = time with at least one flow
-    on l; peak_flows_l = most flows sharing l at once; timeline = (t, link ids, load B/s) after
-    every re-share, the load holding until the next entry.
+    on l; peak_flows_l = most flows sharing l at once; timeline = (t, link ids, load B/s) in time
+    order: the links whose load changed at t and their new load, holding until they change again.
     """
 
     names: tuple[str, ...]

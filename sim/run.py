@@ -28,6 +28,7 @@ from sim.numerics.pipeline import PipelineNumerics
 from sim.numerics.transformer import ShadowConfig
 from sim.records import EventLog
 from sim.scenario import Scenario
+from sim.shortcut import Shortcuts
 from topologies.registry import TOPOLOGIES
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
@@ -185,16 +186,20 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
 
 
 def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,
-             program: Program | None = None) -> RunResult:
+             program: Program | None = None, exact: bool = False) -> RunResult:
     """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
-    `program`: one already made by make_program)."""
+    `program`: one already made by make_program; `exact`: move every collective's flows, no
+    replays (sim.shortcut), for checking that the replays change nothing)."""
     program = program or make_program(scenario)
     graph = build_topology(scenario)
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
-    log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress)
+    shortcuts = None if exact else Shortcuts(program, network, {rank: rank for rank in program.ranks})
+    log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress,
+                      shortcuts=shortcuts)
     memory = memory_of(scenario, log)
     summary = summarize(scenario, log, memory, numerics.finish() if numerics else None)
+    summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
     return RunResult(scenario, program, graph, log, memory, summary)
 
 

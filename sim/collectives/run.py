@@ -63,7 +63,25 @@ def run_collective(network: Network, op: str, algo: str, group: Iterable[int], b
     before anything is scheduled. `graph` (default: network.graph, if the network keeps one) is
     the topology that `auto`, hierarchical and torus read; without one the fabric counts as flat.
     """
-    fabric = describe(graph if graph is not None else getattr(network, "graph", None))
+    group, name, plan, work, steps = _start(graph if graph is not None else getattr(network, "graph", None), op,
+                                            algo, group, buffers, nbytes, reduce_op, root, counts)
+    return _drive(network, np.array(group), steps, work, REDUCE_OPS[reduce_op], label or f"{op}:{name}", op, plan,
+                  buffers)
+
+
+def apply_collective(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], buffers: list, nbytes,
+                     reduce_op: str = "sum", *, root: int = 0, counts=None) -> list:
+    """The outputs `run_collective` would give, without a network: the same algorithm's steps
+    applied to the buffers in the same order (so the same bits), for a collective timed elsewhere."""
+    _, _, plan, work, steps = _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts)
+    for step in steps:
+        step.apply(work, REDUCE_OPS[reduce_op])
+    return results(op, plan, work, buffers)
+
+
+def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
+    """(group, algorithm name, plan, work buffers, steps) with every check done up front."""
+    fabric = describe(graph)
     group = _check_group(group, fabric.num_gpus)
     if reduce_op not in REDUCE_OPS:
         raise CollectiveError(f"unknown reduction {reduce_op!r} (valid: {', '.join(REDUCE_OPS)})")
@@ -73,8 +91,7 @@ def run_collective(network: Network, op: str, algo: str, group: Iterable[int], b
                          nodes=node_groups(fabric, group), dims=torus_dims(fabric, group))
     steps = steps_of(plan)
     first = next(steps, None)  # runs the algorithm's own checks now, outside the event loop
-    return _drive(network, np.array(group), itertools.chain([first] if first is not None else [], steps), work,
-                  REDUCE_OPS[reduce_op], label or f"{op}:{name}", op, plan, buffers)
+    return group, name, plan, work, itertools.chain([first] if first is not None else [], steps)
 
 
 def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Generator:

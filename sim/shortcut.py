@@ -1,0 +1,71 @@
+"""Collectives timed once and replayed: the exact time at a fraction of the cost, where it is exact.
+
+A collective's time depends only on the flows sharing its links. If the links a process group's
+collectives use carry nothing else during the whole run (no other group's collectives, no
+point-to-point message), and the group's collectives come from one stream per member (so they
+never overlap each other), every collective of that group with the same kind, algorithm and size
+takes exactly what it takes alone on an idle network. Tensor-parallel groups inside an NVSwitch
+node are the common case: thousands of identical collectives per step, on links nobody else uses.
+
+`Shortcuts` decides this once per program from the routes (which links each group's collectives
+and each point-to-point pair would use) and keeps one `Recording` per (kind, algorithm, GPUs,
+size): the collective run alone on a fresh copy of the network. The engine waits the recorded
+duration and the network replays the recorded link statistics and messages at the real start
+time, so reports and pictures are the same as the exact path's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import simpy
+
+from schedules.ir import Collective, Program, Send
+from sim.collectives.run import run_collective
+from sim.network import Network, Recording
+
+
+class Shortcuts:
+    """Which process groups' collectives may be replayed on `network`, and their recordings."""
+
+    def __init__(self, program: Program, network: Network, rank_to_gpu: dict[int, int]):
+        self.network = network
+        self._recordings: dict[tuple, Recording] = {}
+        variants: dict[tuple[int, ...], set[tuple[str, str, float]]] = defaultdict(set)
+        streams: dict[tuple[int, ...], set[str]] = defaultdict(set)
+        pairs: set[tuple[int, int]] = set()
+        for rank, ops in program.ops.items():
+            for op in ops:
+                if isinstance(op, Collective):
+                    gpus = tuple(rank_to_gpu[r] for r in op.group)
+                    variants[gpus].add((op.kind, op.algorithm, op.nbytes))
+                    streams[gpus].add(op.stream)
+                elif isinstance(op, Send) and op.nbytes > 0:
+                    pairs.add((rank_to_gpu[rank], rank_to_gpu[op.peer]))
+        owners = np.zeros(network.num_links, dtype=np.int64)  # how many traffic classes use each link
+        group_links: dict[tuple[int, ...], np.ndarray] = {}
+        for gpus, kinds in variants.items():
+            group_links[gpus] = np.unique(np.concatenate([self.recording(kind, algo, gpus, size).links
+                                                         for kind, algo, size in kinds]))
+            owners[group_links[gpus]] += 1
+        if pairs:
+            src, dst = (np.array(side, dtype=np.int64) for side in zip(*sorted(pairs)))
+            routed = src != dst
+            _, links = network.router.route_many(src[routed], dst[routed])
+            owners[np.unique(links)] += 1
+        self.groups = {gpus for gpus, links in group_links.items()
+                       if len(streams[gpus]) == 1 and (owners[links] == 1).all()}
+
+    def recording(self, kind: str, algorithm: str, gpus: tuple[int, ...], nbytes: float) -> Recording:
+        """The collective run alone on an idle copy of the network, from t = 0 (made once)."""
+        key = (kind, algorithm, gpus, nbytes)
+        if key not in self._recordings:
+            env = simpy.Environment()
+            alone = self.network.fresh(env)
+            env.run(env.process(run_collective(alone, kind, algorithm, list(gpus), None, nbytes, label="")))
+            self._recordings[key] = alone.recording()
+        return self._recordings[key]
+
+    def applies(self, gpus: tuple[int, ...]) -> bool:
+        return gpus in self.groups

@@ -1,0 +1,50 @@
+"""Replayed collectives (sim.shortcut) give the exact path's results: the same step time, link
+bytes and bytes per rank, on mid-size scenarios where the shortcut really replays groups."""
+
+import numpy as np
+import pytest
+
+from sim.run import simulate
+from sim.scenario_loader import load_scenario_text
+
+SCENARIO = """
+name: shortcut
+cluster: {{gpu: H100-SXM, nodes: {nodes}, gpus_per_node: {per_node}, topology: {topology}}}
+model: {{layers: 8, hidden: 2048, heads: 16, ffn: 8192, seq_len: 1024, vocab: 32000}}
+training: {{global_batch: {global_batch}, micro_batch: 1, dtype: bf16, recompute: selective}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, virtual: {virtual}, zero: 1, sequence_parallel: true, bucket: 64MB}}
+schedule: {schedule}
+numerics: {{enabled: false}}
+"""
+FATTREE = "{kind: fattree, leaf_radix: 16, load_balance: adaptive, link_latency: 1us}"
+FATTREE_ECMP = "{kind: fattree, leaf_radix: 8, oversubscription: 2, load_balance: ecmp, link_latency: 1us}"
+TORUS = "{kind: torus, axes: [4, 4, 4], link_bandwidth: 100GB/s, link_latency: 1us}"
+
+CASES = {
+    # (nodes, gpus per node, topology, tp, pp, dp, schedule, virtual, microbatches per replica)
+    "fattree-64-interleaved": (8, 8, FATTREE, 8, 4, 2, "interleaved", 2, 4),
+    "fattree-128-1f1b": (16, 8, FATTREE, 8, 4, 4, "1f1b", 1, 4),
+    "fattree-ecmp-oversubscribed-64": (8, 8, FATTREE_ECMP, 4, 4, 4, "gpipe", 1, 2),
+    "torus-64": (16, 4, TORUS, 4, 4, 4, "1f1b", 1, 2),
+}
+
+
+def run(case: str, exact: bool) -> dict:
+    nodes, per_node, topology, tp, pp, dp, schedule, virtual, m = CASES[case]
+    text = SCENARIO.format(nodes=nodes, per_node=per_node, topology=topology, tp=tp, pp=pp, dp=dp,
+                           global_batch=m * dp, schedule=schedule, virtual=virtual)
+    result = simulate(load_scenario_text(text, f"{case}.yaml"), exact=exact)
+    return {"summary": result.summary, "link_bytes": result.log.links.bytes}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_replayed_collectives_change_nothing(case):
+    fast, exact = run(case, exact=False), run(case, exact=True)
+    assert fast["summary"]["replayed_groups"] > 0, "the case must exercise the shortcut"
+    assert exact["summary"]["replayed_groups"] == 0
+    assert fast["summary"]["step_time_s"] == pytest.approx(exact["summary"]["step_time_s"], rel=1e-9)
+    assert fast["summary"]["bubble_ratio_per_rank"] == pytest.approx(exact["summary"]["bubble_ratio_per_rank"],
+                                                                     rel=1e-9, abs=1e-12)
+    np.testing.assert_allclose(fast["link_bytes"], exact["link_bytes"], rtol=1e-12)
+    for rank, streams in exact["summary"]["comm_bytes_sent_per_rank"].items():
+        assert fast["summary"]["comm_bytes_sent_per_rank"][rank] == pytest.approx(streams, rel=1e-12)
