@@ -18,7 +18,7 @@ Rules, checked in this order:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 
 from schedules.ir import Collective, Compute, Op, Program, Recv, Send
 
@@ -204,7 +204,9 @@ def _check_collectives(program: Program) -> None:
 
 def _check_deadlock(program: Program) -> None:
     """Dry run: each stream walks its ops in order; an op finishes once its deps have finished
-    (a receive also once its matching send has finished). Stuck streams are a deadlock."""
+    (a receive also once its matching send has finished, a collective once every member has
+    reached it). Stuck streams are a deadlock. Streams wait on what blocks them and are woken
+    when it happens, so the run is linear in the ops."""
     streams: dict[tuple[int, str], list[tuple[int, Op]]] = defaultdict(list)
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
@@ -213,35 +215,49 @@ def _check_deadlock(program: Program) -> None:
     sent: set[tuple[int, int, tuple]] = set()
     joined: dict[str, set[int]] = defaultdict(set)  # collective tag -> members that reached it
     pos = {key: 0 for key in streams}
-    progress = True
-    while progress:
-        progress = False
-        for (rank, stream), ops in streams.items():
-            while pos[(rank, stream)] < len(ops):
-                _, op = ops[pos[(rank, stream)]]
-                if isinstance(op, Collective) and all((rank, d) in done for d in op.deps):
-                    joined[op.tag].add(rank)
-                if _blocker(rank, op, done, sent, joined) is not None:
-                    break
-                done.add((rank, op.label))
-                if isinstance(op, Send):
-                    sent.add((rank, op.peer, op.tag))
-                pos[(rank, stream)] += 1
-                progress = True
+    sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
+    ready = deque(streams)
+
+    def happened(event: tuple) -> None:
+        ready.extend(sleepers.pop(event, ()))
+
+    while ready:
+        key = ready.popleft()
+        rank, ops = key[0], streams[key]
+        while pos[key] < len(ops):
+            _, op = ops[pos[key]]
+            kind = type(op)
+            if kind is Collective and all((rank, d) in done for d in op.deps) and rank not in joined[op.tag]:
+                joined[op.tag].add(rank)
+                if len(joined[op.tag]) == len(op.group):
+                    happened(("joined", op.tag))
+            if (op.deps or kind is Collective or kind is Recv) and (
+                    blocker := _blocker(rank, op, done, sent, joined)) is not None:
+                sleepers[blocker[0]].append(key)
+                break
+            finished = (rank, op.label)
+            done.add(finished)
+            if ("done", *finished) in sleepers:
+                happened(("done", *finished))
+            if kind is Send:
+                sent.add((rank, op.peer, op.tag))
+                happened(("sent", rank, op.peer, op.tag))
+            pos[key] += 1
     stuck = [(key, ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
     if stuck:
-        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(rank, op, done, sent, joined)}"
+        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(rank, op, done, sent, joined)[1]}"
                           for (rank, stream), (i, op) in sorted(stuck, key=lambda s: s[0]))
         raise ProgramError(f"deadlock: {waits}")
 
 
-def _blocker(rank: int, op: Op, done: set, sent: set, joined: dict) -> str | None:
+def _blocker(rank: int, op: Op, done: set, sent: set, joined: dict) -> tuple[tuple, str] | None:
+    """(the event op waits for, in words) or None if it can run."""
     for dep in op.deps:
         if (rank, dep) not in done:
-            return dep
+            return ("done", rank, dep), dep
     if isinstance(op, Collective) and len(joined[op.tag]) < len(op.group):
         missing = [r for r in op.group if r not in joined[op.tag]]
-        return f"ranks {', '.join(map(str, missing))} to join {op.label}"
+        return ("joined", op.tag), f"ranks {', '.join(map(str, missing))} to join {op.label}"
     if isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
-        return f"SEND {op.label[5:]} on rank {op.peer}"
+        return ("sent", op.peer, rank, op.tag), f"SEND {op.label[5:]} on rank {op.peer}"
     return None

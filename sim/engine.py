@@ -96,12 +96,15 @@ _span = tuple.__new__  # a Span without the NamedTuple's Python-level __new__ (h
 def _collector_paused():
     """Pause the cyclic garbage collector for the run. A run allocates millions of small objects
     that live to the end (spans, events); the collector would rescan them again and again (half
-    the run time on a long pipeline) while reference counting frees the short-lived ones."""
+    the run time on a long pipeline) while reference counting frees the short-lived ones. At the
+    end the survivors are moved out of the collector's sight (gc.freeze), or its first pass after
+    the run would scan them all once more."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
         if was_enabled:
             gc.enable()
 
@@ -270,5 +273,5 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         blocked = "; ".join(f"rank {r} {s}: {_what_blocks(r, *waiting[(r, s)])}" for r, s in sorted(waiting))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
     step_s = max(stream_ends, default=0.0)
-    return EventLog(tuple(spans), tuple(network.flow_spans()), len(program.ranks), network.link_names,
+    return EventLog(tuple(spans), network.flow_table(), len(program.ranks), network.link_names,
                     network.link_stats(step_s))

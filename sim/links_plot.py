@@ -25,22 +25,21 @@ def utilisation_matrix(stats: LinkStats, links: np.ndarray, step_s: float,
     """(len(links), bins) mean utilisation of each link in each time bin.
 
     The timeline holds each link's load (B/s) from the time it changed until its next change; a
-    bin's utilisation is the time-weighted mean load over the bin / the link's bandwidth.
+    bin's utilisation is the load's integral over the bin (piecewise linear in time, read off at
+    the bin edges) / the bin's width / the link's bandwidth.
     """
     edges = np.linspace(0.0, step_s, bins + 1)
     out = np.zeros((len(links), bins))
-    row_of = np.full(len(stats.capacity_Bps), -1)
-    row_of[links] = np.arange(len(links))
-    util = np.zeros(len(links))  # the chosen links' utilisation since the last change
-    times = [t for t, _, _ in stats.timeline] + [step_s]
-    for (t0, ids, loads), t1 in zip(stats.timeline, times[1:]):
-        rows = row_of[ids]
-        mine = rows >= 0
-        util[rows[mine]] = loads[mine] / stats.capacity_Bps[ids[mine]]
-        if t1 > t0:
-            overlap = np.clip(np.minimum(edges[1:], t1) - np.maximum(edges[:-1], t0), 0.0, None)  # (bins,)
-            out += util[:, None] * overlap
-    return out / np.diff(edges)
+    times, ids, loads = stats.timeline
+    for row, link in enumerate(np.asarray(links).tolist()):
+        mine = ids == link
+        t, load = np.append(times[mine], max(step_s, times[mine][-1] if mine.any() else 0.0)), loads[mine]
+        if not len(load):
+            continue
+        integral = np.concatenate([[0.0], np.cumsum(load * np.diff(t))])  # at each change, from the first
+        at_edges = np.interp(edges, t, integral, left=0.0, right=integral[-1])
+        out[row] = np.diff(at_edges) / np.diff(edges) / stats.capacity_Bps[link]
+    return out
 
 
 def hottest_links(stats: LinkStats, count: int = TOP_LINKS) -> np.ndarray:

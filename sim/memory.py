@@ -176,7 +176,7 @@ def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
 
 def _activation_events(log: EventLog, activation_bytes, events) -> None:
     column = CATEGORIES.index("activations")
-    ops = log.whole_ops()
+    ops = log.whole_ops
     for (rank, phase, stage, mb), (start, end) in ops.items():
         label = f"{phase}{mb}@{stage}"
         if phase == "B" and (rank, "F", stage, mb) not in ops:
@@ -192,7 +192,7 @@ def _activation_events(log: EventLog, activation_bytes, events) -> None:
 def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:
     column = CATEGORIES.index("weights")
     consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B ops
-    for (rank, _, _, _), extent in log.whole_ops(CONSUMER_PHASES).items():
+    for (rank, _, _, _), extent in log.whole_ops.items():
         consumers.setdefault(rank, []).append(extent)
     for spans in consumers.values():
         spans.sort()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.records import EventLog
 
 PIPELINE_PHASES = ("F", "B")
@@ -34,7 +36,7 @@ def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
     -1 when its backward ends (an end at the same instant as a start is counted first; an op in
     pieces starts with its first and ends with its last)."""
     events: list[list[tuple[float, int]]] = [[] for _ in range(log.num_ranks)]
-    for (rank, phase, _, _), (start, end) in log.whole_ops().items():
+    for (rank, phase, _, _), (start, end) in log.whole_ops.items():
         events[rank].append((start, +1) if phase == "F" else (end, -1))
     peaks = []
     for rank_events in events:
@@ -67,9 +69,14 @@ def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
 def bytes_sent_per_rank(log: EventLog) -> dict[str, dict[str, float]]:
     """Bytes each rank put on the network, by the stream that sent them (flow labels start with
     "stream:"); GPU g is rank g."""
+    flows = log.flows
+    streams = sorted({label.split(":", 1)[0] for label in flows.labels})
+    stream_of_label = np.array([streams.index(label.split(":", 1)[0]) for label in flows.labels], dtype=np.int64)
+    sources = max(log.num_ranks, int(flows.src.max()) + 1 if len(flows) else 0)
+    key = flows.src * len(streams) + stream_of_label[flows.label] if len(flows) else np.zeros(0, np.int64)
+    totals = np.bincount(key, weights=flows.nbytes, minlength=sources * len(streams)).reshape(sources, -1)
+    counts = np.bincount(key, minlength=sources * len(streams)).reshape(sources, -1)
     sent: dict[str, dict[str, float]] = {str(rank): {} for rank in range(log.num_ranks)}
-    for flow in log.flows:
-        stream = flow.label.split(":", 1)[0]
-        by_stream = sent.setdefault(str(flow.src), {})
-        by_stream[stream] = by_stream.get(stream, 0.0) + flow.nbytes
+    for src, stream in zip(*np.nonzero(counts)):
+        sent.setdefault(str(src), {})[streams[stream]] = float(totals[src, stream])
     return sent

@@ -27,12 +27,11 @@ import simpy
 
 from sim.flows import ActiveFlows
 from sim.maxmin import concat_ranges, row_lengths
-from sim.records import FlowSpan, LinkStats
+from sim.records import FlowTable, LinkStats
 from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
-_flow_span = tuple.__new__  # a FlowSpan without the NamedTuple's Python-level __new__ (hot path)
 PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
@@ -46,8 +45,8 @@ class Recording(NamedTuple):
     bytes: np.ndarray
     busy_s: np.ndarray
     peak_flows: np.ndarray
-    timeline: tuple
-    messages: tuple
+    timeline: tuple[np.ndarray, np.ndarray, np.ndarray]
+    messages: tuple[np.ndarray, ...]
     reshares: int
     flows_reshared: int
 
@@ -96,11 +95,12 @@ class Network:
         self.link_bytes = np.zeros(self.num_links)
         self.link_busy_s = np.zeros(self.num_links)
         self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
-        self.timeline: list[tuple[float, np.ndarray, np.ndarray]] = []  # (t, link ids, new load B/s) of the
-        self._load = np.zeros(self.num_links)  # links whose load changed at a re-share; the load as of the last one
+        self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # chunks of (times, links, loads):
+        self._load = np.zeros(self.num_links)  # the links whose load changed and the new load; the load now
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
-        self._done_records: list[tuple | FlowSpan] = []  # finish batches as arrays, or single signals
+        self._done_records: list[tuple] = []  # delivered messages, a batch of arrays per finish
+        self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class Network:
         latency_s = self._latency_cache.get((src, dst))
         if latency_s is None:
             latency_s = self._path_latency(src, dst)
-        self._done_records.append(_flow_span(FlowSpan, (src, dst, (), start_s, start_s + latency_s, 0.0, label)))
+        self._signals.append((src, dst, start_s, start_s + latency_s, label))
         return latency_s
 
     def _routes_of(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
@@ -204,7 +204,7 @@ class Network:
         flows = self._flows
         changed = np.flatnonzero(flows.load != self._load)
         self._load[changed] = flows.load[changed]
-        self.timeline.append((self.env.now, changed, self._load[changed]))
+        self._timeline.append((np.full(len(changed), self.env.now), changed, self._load[changed]))
         if not flows.num_alive:
             return
         np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
@@ -245,25 +245,51 @@ class Network:
     def _record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
         self._done_records.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
 
-    def flow_spans(self) -> list[FlowSpan]:
-        """Every delivered message as a FlowSpan, in the order they finished."""
-        spans = []
-        for record in self._done_records:
-            if isinstance(record, FlowSpan):
-                spans.append(record)
-                continue
-            src, dst, start, end, nbytes, group, ptr, links = record
-            for i in range(len(src)):
-                spans.append(FlowSpan(int(src[i]), int(dst[i]), tuple(links[ptr[i]:ptr[i + 1]].tolist()),
-                                      float(start[i]), float(end[i]), float(nbytes[i]), self._labels[int(group[i])]))
-        return spans
+    def _messages(self) -> tuple:
+        """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
+        group, route CSR), zero-byte signals included (route-less, each its own label)."""
+        records = list(self._done_records)
+        if self._signals:
+            src, dst, start, end, labels = zip(*self._signals)
+            first = len(self._labels)
+            self._labels.extend(labels)
+            self._signals.clear()
+            self._done_records.append((np.array(src), np.array(dst), np.array(start), np.array(end),
+                                       np.zeros(len(src)), np.arange(first, first + len(src)),
+                                       np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64)))
+            records = self._done_records
+        if not records:
+            empty = np.zeros(0)
+            return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
+        columns = [np.concatenate([np.asarray(r[i]) for r in records]) for i in range(6)]
+        lengths = np.concatenate([row_lengths(r[6]) for r in records])
+        ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        return (*columns, ptr, np.concatenate([r[7] for r in records]))
+
+    def flow_table(self) -> FlowTable:
+        """Every delivered message, in delivery order (ties: the order they were recorded)."""
+        src, dst, start, end, nbytes, group, ptr, links = self._messages()
+        order = np.argsort(end, kind="stable")
+        lengths = row_lengths(ptr)[order]
+        new_ptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_ptr[1:])
+        return FlowTable(src[order].astype(np.int64), dst[order].astype(np.int64), start[order].astype(float),
+                         end[order].astype(float), nbytes[order].astype(float), group[order].astype(np.int64),
+                         tuple(self._labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])])
+
+    def _load_timeline(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self._timeline:
+            return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
+        times, links, loads = (np.concatenate(column) for column in zip(*self._timeline))
+        order = np.argsort(times, kind="stable")
+        return times[order], links[order], loads[order]
 
     def link_stats(self, window_s: float) -> LinkStats:
-        """Per-link totals; utilisation = bytes / (bandwidth x window). Timeline entries in time
-        order (replayed collectives were added after the fact)."""
+        """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time order."""
         util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
         return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
-                         self.link_peak_flows.copy(), tuple(sorted(self.timeline, key=lambda entry: entry[0])))
+                         self.link_peak_flows.copy(), self._load_timeline())
 
     # -- collectives timed once, replayed ------------------------------------------------------
 
@@ -271,9 +297,9 @@ class Network:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
         a `fresh` network (see sim.shortcut)."""
         used = np.flatnonzero(self.link_bytes)
+        src, dst, start, end, nbytes, _, ptr, links = self._messages()
         return Recording(self.env.now, used, self.link_bytes[used], self.link_busy_s[used],
-                         self.link_peak_flows[used], tuple(self.timeline),
-                         tuple(r for r in self._done_records if not isinstance(r, FlowSpan)),
+                         self.link_peak_flows[used], self._load_timeline(), (src, dst, start, end, nbytes, ptr, links),
                          self.reshares, self.flows_reshared)
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
@@ -283,11 +309,12 @@ class Network:
         self.link_bytes[r.links] += r.bytes
         self.link_busy_s[r.links] += r.busy_s
         np.maximum.at(self.link_peak_flows, r.links, r.peak_flows)
-        self.timeline.extend((start_s + t, ids, loads) for t, ids, loads in r.timeline)
+        times, links, loads = r.timeline
+        self._timeline.append((times + start_s, links, loads))
         gid = len(self._labels)
         self._labels.append(label)
-        for src, dst, start, end, nbytes, _, ptr, links in r.messages:
-            self._record(src, dst, start + start_s, end + start_s, nbytes, gid, ptr, links)
+        src, dst, start, end, nbytes, ptr, route = r.messages
+        self._record(src, dst, start + start_s, end + start_s, nbytes, gid, ptr, route)
         self.reshares += r.reshares
         self.flows_reshared += r.flows_reshared
 

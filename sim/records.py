@@ -4,6 +4,7 @@ Spans are NamedTuples: the engine makes one per op, so they must be cheap to bui
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -46,12 +47,51 @@ class FlowSpan(NamedTuple):
 
 
 @dataclass(frozen=True)
+class FlowTable:
+    """Every delivered message, as columns (a big run moves millions): GPU src/dst, start and
+    delivery time, bytes, label (an index into `labels`), route (CSR: links[link_ptr[i]:link_ptr[i+1]]),
+    in delivery order. Iterating yields FlowSpans; `FlowTable.of(spans)` builds one from them."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    nbytes: np.ndarray
+    label: np.ndarray
+    labels: tuple[str, ...]
+    link_ptr: np.ndarray
+    links: np.ndarray
+
+    @staticmethod
+    def of(spans) -> FlowTable:
+        spans = list(spans)
+        labels = tuple(dict.fromkeys(f.label for f in spans))
+        index = {label: i for i, label in enumerate(labels)}
+        ptr = np.zeros(len(spans) + 1, dtype=np.int64)
+        np.cumsum([len(f.links) for f in spans], out=ptr[1:])
+        column = lambda name, dtype: np.array([getattr(f, name) for f in spans], dtype=dtype)  # noqa: E731
+        return FlowTable(column("src", np.int64), column("dst", np.int64), column("start_s", float),
+                         column("end_s", float), column("nbytes", float),
+                         np.array([index[f.label] for f in spans], dtype=np.int64), labels, ptr,
+                         np.array([link for f in spans for link in f.links], dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __iter__(self):
+        for i in range(len(self.src)):
+            yield FlowSpan(int(self.src[i]), int(self.dst[i]),
+                           tuple(self.links[self.link_ptr[i]:self.link_ptr[i + 1]].tolist()), float(self.start_s[i]),
+                           float(self.end_s[i]), float(self.nbytes[i]), self.labels[int(self.label[i])])
+
+
+@dataclass(frozen=True)
 class LinkStats:
     """Per-link totals of a run (arrays indexed by link id) and the load timeline.
 
     utilisation_l = bytes_l / (bandwidth_l x step time); busy_s_l = time with at least one flow
-    on l; peak_flows_l = most flows sharing l at once; timeline = (t, link ids, load B/s) in time
-    order: the links whose load changed at t and their new load, holding until they change again.
+    on l; peak_flows_l = most flows sharing l at once; timeline = (times, link ids, loads B/s),
+    three columns in time order: link l's load became load at time t, and holds until its next entry.
     """
 
     names: tuple[str, ...]
@@ -60,7 +100,7 @@ class LinkStats:
     busy_s: np.ndarray
     utilisation: np.ndarray
     peak_flows: np.ndarray
-    timeline: tuple[tuple[float, np.ndarray, np.ndarray], ...]
+    timeline: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -69,22 +109,28 @@ class EventLog:
     tie-break makes one program give one order)."""
 
     spans: tuple[Span, ...]
-    flows: tuple[FlowSpan, ...]
+    flows: FlowTable
     num_ranks: int
     link_names: tuple[str, ...]
     links: LinkStats | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.flows, FlowTable):  # FlowSpans, as a hand-made log gives them
+            object.__setattr__(self, "flows", FlowTable.of(self.flows))
 
     @property
     def makespan_s(self) -> float:
         return max((s.end_s for s in self.spans), default=0.0)
 
-    def whole_ops(self, phases: tuple[str, ...] = ("F", "B")) -> dict[tuple[int, str, int, int], tuple[float, float]]:
-        """(rank, phase, stage, microbatch) -> (start, end) of each forward or backward, its pieces
-        (tensor parallelism cuts an op at its collectives) taken together: first start, last end."""
+    @functools.cached_property
+    def whole_ops(self) -> dict[tuple[int, str, int, int], tuple[float, float]]:
+        """(rank, phase, stage, microbatch) -> (start, end) of each forward and backward, its pieces
+        (tensor parallelism cuts an op at its collectives) taken together: first start, last end.
+        A stream runs its pieces in order, so the first piece seen starts the op, the last ends it."""
         ops: dict[tuple[int, str, int, int], tuple[float, float]] = {}
         for span in self.spans:
-            if span.phase in phases:
+            if span.phase == "F" or span.phase == "B":
                 key = (span.rank, span.phase, span.stage, span.microbatch)
-                start, end = ops.get(key, (span.start_s, span.end_s))
-                ops[key] = (min(start, span.start_s), max(end, span.end_s))
+                first = ops.get(key)
+                ops[key] = (span.start_s if first is None else first[0], span.end_s)
         return ops
