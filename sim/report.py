@@ -13,7 +13,7 @@ from sim.memory import capacity_message
 from sim.memory_plot import plot_memory
 from sim.run import RunResult
 from sim.table import format_table
-from sim.trace import write_trace
+from sim.trace import MAX_SPAN_EVENTS, write_trace
 
 GANTT_MAX_RANKS = 32
 OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "program.txt")
@@ -39,7 +39,7 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
             ranks = list(dict.fromkeys(placement[stage] for stage in sorted(placement)))
             title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
         plot_gantt(result.log, tmp / "gantt.png", title, ranks)
-        write_trace(result.log, tmp / "trace.json")
+        write_trace(result.log, tmp / "trace.json", ranks if len(result.log.spans) > MAX_SPAN_EVENTS else None)
         plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
                    f"{sc.name}: utilisation of the hottest links", result.graph)
         plot_memory(result.memory, sc.gpu_spec.memory_bytes, tmp / "memory.png",

@@ -61,25 +61,33 @@ def _meta(pid: int, tid: int, name: str, value) -> dict:
     return {"ph": "M", "pid": pid, "tid": tid, "name": name, "args": {key: value}}
 
 
-def chrome_trace(log: EventLog) -> dict:
-    """The trace as a dict: {"traceEvents": [...], "displayTimeUnit": "ms"} (see module docstring)."""
-    meta, events = _rank_events(log)
+def chrome_trace(log: EventLog, ranks: list[int] | None = None) -> dict:
+    """The trace as a dict: {"traceEvents": [...], "displayTimeUnit": "ms"} (see module docstring).
+    `ranks`: only these ranks' spans (a big run's trace would be too large to open), the
+    network process's name saying how many were left out."""
+    meta, events = _rank_events(log, ranks)
     net_meta, net_events = _network_events(log)
     events = sorted(events + net_events, key=lambda e: (e["pid"], e["tid"], e["ts"], e["name"]))
     return {"traceEvents": meta + net_meta + events, "displayTimeUnit": "ms"}
 
 
-def _rank_events(log: EventLog) -> tuple[list[dict], list[dict]]:
+def _rank_events(log: EventLog, ranks: list[int] | None) -> tuple[list[dict], list[dict]]:
     """Metadata and one "X" event per span: a process per rank, a thread per stream."""
     tids = stream_tids(log)
+    kept = set(range(log.num_ranks) if ranks is None else ranks)
+    spans = [s for s in log.spans if s.rank in kept] if ranks is not None else log.spans
     meta, events = [], []
-    for rank in range(log.num_ranks):
+    for rank in sorted(kept):
         pid = rank_pid(rank)
         meta += [_meta(pid, 0, "process_name", f"rank {rank}"), _meta(pid, 0, "process_sort_index", rank)]
-    for rank, stream in sorted({(s.rank, s.stream) for s in log.spans}, key=lambda rs: (rs[0], tids[rs[1]])):
+    if len(kept) < log.num_ranks:
+        pid = rank_pid(log.num_ranks) + 1
+        meta += [_meta(pid, 0, "process_name", f"{log.num_ranks - len(kept)} other ranks left out (over "
+                                              f"{MAX_SPAN_EVENTS} spans; the Gantt shows the same ranks)")]
+    for rank, stream in sorted({(s.rank, s.stream) for s in spans}, key=lambda rs: (rs[0], tids[rs[1]])):
         pid, tid = rank_pid(rank), tids[stream]
         meta += [_meta(pid, tid, "thread_name", stream), _meta(pid, tid, "thread_sort_index", tid)]
-    for span in log.spans:
+    for span in spans:
         events.append({
             "ph": "X", "pid": rank_pid(span.rank), "tid": tids[span.stream], "name": span.label,
             "cat": span.phase, "ts": span.start_s * US_PER_S, "dur": span.duration_s * US_PER_S,
@@ -89,6 +97,7 @@ def _rank_events(log: EventLog) -> tuple[list[dict], list[dict]]:
     return meta, events
 
 
+MAX_SPAN_EVENTS = 500_000  # beyond this a run's trace keeps the Gantt's ranks only (see sim.report)
 MAX_FLOW_EVENTS = 200_000  # beyond this the network lanes would swamp the trace (and Perfetto)
 
 
@@ -122,7 +131,7 @@ def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
     return meta, events
 
 
-def write_trace(log: EventLog, path: str | Path) -> None:
-    """Write `chrome_trace(log)` as compact, key-sorted JSON."""
-    text = json.dumps(chrome_trace(log), sort_keys=True, separators=(",", ":"))
+def write_trace(log: EventLog, path: str | Path, ranks: list[int] | None = None) -> None:
+    """Write `chrome_trace(log, ranks)` as compact, key-sorted JSON."""
+    text = json.dumps(chrome_trace(log, ranks), sort_keys=True, separators=(",", ":"))
     Path(path).write_text(text + "\n")

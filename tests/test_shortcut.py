@@ -48,3 +48,11 @@ def test_replayed_collectives_change_nothing(case):
     np.testing.assert_allclose(fast["link_bytes"], exact["link_bytes"], rtol=1e-12)
     for rank, streams in exact["summary"]["comm_bytes_sent_per_rank"].items():
         assert fast["summary"]["comm_bytes_sent_per_rank"][rank] == pytest.approx(streams, rel=1e-12)
+
+
+def test_groups_whose_links_carry_other_traffic_are_not_replayed():
+    """On one switch every GPU's link carries its tensor-parallel collectives and its pipeline
+    messages too: no group qualifies, so everything runs the exact path."""
+    text = SCENARIO.format(nodes=1, per_node=8, topology="{kind: switch, link_bandwidth: 450GB/s, link_latency: 1us}",
+                           tp=4, pp=2, dp=1, global_batch=2, schedule="1f1b", virtual=1)
+    assert simulate(load_scenario_text(text, "switch.yaml")).summary["replayed_groups"] == 0

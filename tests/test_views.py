@@ -53,6 +53,16 @@ def test_trace_has_one_event_per_span_and_per_flow_link():
     assert sorted(on_ranks) == sorted(s.label for s in log.spans)
 
 
+def test_trace_of_chosen_ranks_keeps_only_their_spans_and_says_so():
+    log = small_log()
+    trace = chrome_trace(log, ranks=[1])
+    on_ranks = [e for e in x_events(trace) if e["pid"] != rank_pid(log.num_ranks)]
+    assert sorted(e["name"] for e in on_ranks) == sorted(s.label for s in log.spans if s.rank == 1)
+    names = meta(trace, "process_name").values()
+    assert "rank 1" in names and "rank 0" not in names
+    assert any(str(name).startswith("2 other ranks left out") for name in names)
+
+
 def test_trace_maps_rank_to_pid_and_stream_to_tid():
     log = small_log()
     trace = chrome_trace(log)

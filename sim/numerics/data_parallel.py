@@ -28,6 +28,7 @@ from sim.numerics.optim import make_optimizer
 from sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
 from sim.numerics.reference import reference_step
 from schedules.tensor_parallel import TP_STREAM
+from sim.collectives.steps import split_bounds
 from sim.numerics.tensor_parallel import unshard_params
 from sim.numerics.transformer import ShadowConfig, init_params
 
@@ -55,6 +56,7 @@ class DataParallelNumerics:
             for i, placement in enumerate(replicas)]
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = buckets
+        self._bounds: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (stage, size) -> its buckets
         self.shard_optimizers: dict[tuple[int, int], object] = {}  # (rank, stage) -> optimizer of its chunks
         self.gathered: dict[tuple[int, str], np.ndarray] = {}  # ZeRO 3: (rank, consumer op) -> full weights
         if zero == 3:
@@ -82,13 +84,16 @@ class DataParallelNumerics:
             offset += size
 
     def _bucket_bounds(self, stage: int, size: int) -> list[tuple[int, int]]:
-        edges = np.cumsum([0] + [len(p) for p in np.array_split(np.arange(size), self.buckets[stage])])
-        return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+        key = (stage, size)
+        if key not in self._bounds:
+            edges = split_bounds(size, self.buckets[stage]).tolist()
+            self._bounds[key] = list(zip(edges[:-1], edges[1:]))
+        return self._bounds[key]
 
     def _chunk(self, rank: int, lo: int, hi: int) -> tuple[int, int]:
         """This rank's chunk [lo', hi') of the bucket [lo, hi): its data-parallel index's piece."""
         d = self.replica_of[rank] // self.tp
-        edges = np.cumsum([0] + [len(p) for p in np.array_split(np.arange(hi - lo), self.dp)])
+        edges = split_bounds(hi - lo, self.dp)
         return lo + int(edges[d]), lo + int(edges[d + 1])
 
     def _keep_only_own_chunks(self, rank: int, stage: int) -> None:
