@@ -1,4 +1,4 @@
-"""The `clustersim` command: run a scenario, print the scenario schema, show a schedule."""
+"""The `clustersim` command: run or compare scenarios, print the scenario schema, show a schedule."""
 
 from __future__ import annotations
 
@@ -15,13 +15,22 @@ from sim.scenario import ScenarioError, scenario_json_schema
 from sim.scenario_loader import load_scenario
 
 
+def _supported(scenario, path: str):
+    """The scenario, unless it asks for what the simulator cannot run yet (a one-line error)."""
+    from sim.run import MOE_NOT_YET
+
+    if scenario.model_spec.moe is not None:
+        raise ScenarioError(path, "model.moe", MOE_NOT_YET)
+    return scenario
+
+
 def _run(args: argparse.Namespace) -> int:
     from sim.memory import capacity_message
     from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from sim.progress import op_progress
     from sim.run import make_program, simulate
 
-    scenario = load_scenario(args.scenario)
+    scenario = _supported(load_scenario(args.scenario), args.scenario)
     program = make_program(scenario)
     with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:
         result = simulate(scenario, on_progress, program)
@@ -33,6 +42,27 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{scenario.name}: {scenario.schedule}, pp={p.pp} x virtual={p.virtual}, dp={p.dp}, ZeRO {p.zero}, "
           f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}")
     print(terminal_summary(result))
+    print(f"\nwrote {out_dir}/: {' '.join(OUTPUT_FILES)}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from sim.compare import OUTPUT_FILES, default_dir, write_compare
+    from sim.progress import op_progress
+    from sim.run import make_program, simulate
+
+    if len(args.scenarios) < 2:
+        raise ScenarioError("(command line)", "SCENARIO",
+                            f"compare needs at least two scenarios, got {len(args.scenarios)}")
+    scenarios = [_supported(load_scenario(path), path) for path in args.scenarios]  # all checked before any run
+    programs = [make_program(scenario) for scenario in scenarios]
+    results = []
+    for scenario, program in zip(scenarios, programs):
+        with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:
+            results.append(simulate(scenario, on_progress, program))
+    out = Path(args.output) if args.output else default_dir([s.name for s in scenarios])
+    out_dir, table = write_compare(results, out)
+    print(table, end="")
     print(f"\nwrote {out_dir}/: {' '.join(OUTPUT_FILES)}")
     return 0
 
@@ -147,6 +177,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--strict-memory", action="store_true",
                      help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's")
     run.set_defaults(func=_run)
+    comp = sub.add_parser("compare", help="run several scenarios and compare where their step time goes")
+    comp.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="two or more scenario YAML files")
+    comp.add_argument("-o", "--output", help="output folder (default: runs/compare-<name1>-vs-<name2>...)")
+    comp.set_defaults(func=_compare)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
     schema.set_defaults(func=_schema)
     sched = sub.add_parser("schedule", help="print each rank's compute order for a pipeline schedule")

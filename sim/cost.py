@@ -12,9 +12,27 @@ Clusters Using Megatron-LM", section 5.1, which gives 24bsh^2 + 4bs^2h for f = 4
 
 The LM head adds 2bshV on the last stage. Backward is twice the forward (gradients w.r.t.
 inputs and weights). Time = FLOPs / (peak x efficiency).
+
+An MoE layer (sim.presets.MoESpec: E routed experts of width f', top k, S shared experts, gated
+or not: m = 3 or 2 matmuls per expert) replaces the MLP term, for T = b*s tokens, by
+
+    router logits        2 * T * h * E
+    routed experts       2 * R * h * f' * m,   R = T k rows (dropless, capacity_factor None),
+                                               or E ceil(c T k / E) (capacity factor c: every
+                                               expert's buffer, padded, as GShard and Switch)
+    shared experts       2 * T * h * f' * m * S
+
+so per token, dropless: 2h (E + f' m (k + S)). The softmax, top-k and weighted combine are a few
+FLOPs per token and expert and are not counted; neither is any load imbalance (R assumes the
+rows the routing admits, not the busiest expert's). Which layers are MoE layers is the
+MoESpec's rule; `model_layer_*(spec, ..., i)` answer per layer for dense and MoE models alike.
 """
 
 from __future__ import annotations
+
+import math
+
+from sim.presets import ModelSpec, MoESpec
 
 # Mixed-precision Adam touches per parameter: fp32 master weight, m and v read and written
 # (3 x 4 B x 2), the 16-bit gradient read (2 B) and the 16-bit weight written (2 B).
@@ -50,11 +68,107 @@ def head_forward_flops(b: int, s: int, h: int, vocab: int) -> float:
     return float(2 * b * s * h * vocab)
 
 
+def attention_params(h: int) -> int:
+    """Parameters of a layer's attention: QKV and output projections with biases."""
+    return 3 * h * h + 3 * h + h * h + h
+
+
+def mlp_params(h: int, f: int, gated_mlp: bool) -> int:
+    """Parameters of an MLP of width f: two (gated: three) h x f matrices and two biases."""
+    return (3 if gated_mlp else 2) * h * f + f + h
+
+
 def layer_params(h: int, f: int, gated_mlp: bool) -> int:
     """Parameters of one decoder layer: QKV and output projections with biases, MLP, 2 layernorms."""
-    attention = 3 * h * h + 3 * h + h * h + h
-    mlp = (3 if gated_mlp else 2) * h * f + f + h
-    return attention + mlp + 4 * h
+    return attention_params(h) + mlp_params(h, f, gated_mlp) + 4 * h
+
+
+# --- Mixture-of-Experts layers (module docstring) ----------------------------------------------
+
+
+def moe_routed_rows(b: int, s: int, moe: MoESpec) -> int:
+    """Token rows the routed experts process for T = b*s tokens: T k (dropless), or with capacity
+    factor c every expert's full buffer, E ceil(c T k / E) (sim.numerics.moe's capacity rule)."""
+    tokens = b * s
+    if moe.capacity_factor is None:
+        return tokens * moe.top_k
+    return moe.num_experts * math.ceil(moe.capacity_factor * tokens * moe.top_k / moe.num_experts)
+
+
+def moe_mlp_forward_flops(b: int, s: int, h: int, moe: MoESpec, gated_mlp: bool) -> float:
+    """Forward FLOPs of an MoE layer's MLP part for b sequences of s tokens: the router, the routed
+    experts' rows (`moe_routed_rows`) and the shared experts, each expert an MLP of width expert_ffn."""
+    tokens = b * s
+    per_row = mlp_forward_flops(1, 1, h, moe.expert_ffn, gated_mlp)  # 2 h f' (2 or 3)
+    rows = moe_routed_rows(b, s, moe) + tokens * moe.shared_experts
+    return float(2 * tokens * h * moe.num_experts + rows * per_row)
+
+
+def moe_mlp_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:
+    """Parameters of an MoE layer's MLP part: routed and shared experts (MLPs of width expert_ffn,
+    with biases, like the dense MLP) and the h x E router (no bias)."""
+    experts = moe.num_experts + moe.shared_experts
+    return experts * mlp_params(h, moe.expert_ffn, gated_mlp) + h * moe.num_experts
+
+
+def moe_mlp_active_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:
+    """Parameters of an MoE layer's MLP part one token uses: top_k routed experts, the shared
+    experts and the router."""
+    experts = moe.top_k + moe.shared_experts
+    return experts * mlp_params(h, moe.expert_ffn, gated_mlp) + h * moe.num_experts
+
+
+def moe_layer_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:
+    """Parameters of one MoE decoder layer: attention, 2 layernorms, and the MoE MLP (all routed
+    experts, the shared ones and the router); `layer_params` with `moe_mlp_params` for the MLP."""
+    return attention_params(h) + 4 * h + moe_mlp_params(h, moe, gated_mlp)
+
+
+# --- per layer of a ModelSpec: dense or MoE by the spec's rule ---------------------------------
+
+
+def _check_layer(spec: ModelSpec, i: int) -> None:
+    if not 0 <= i < spec.layers:
+        raise ValueError(f"layer {i} is outside 0..{spec.layers - 1}")
+
+
+def _is_moe_layer(spec: ModelSpec, i: int) -> bool:
+    _check_layer(spec, i)
+    return spec.moe is not None and spec.moe.is_moe_layer(i)
+
+
+def model_layer_forward_flops(spec: ModelSpec, b: int, i: int) -> float:
+    """Forward FLOPs of layer i of `spec` for b sequences of spec.seq_len tokens: attention plus
+    the dense MLP (width spec.ffn) or, in an MoE layer, `moe_mlp_forward_flops`."""
+    s, h = spec.seq_len, spec.hidden
+    if _is_moe_layer(spec, i):
+        return attention_forward_flops(b, s, h) + moe_mlp_forward_flops(b, s, h, spec.moe, spec.gated_mlp)
+    return layer_forward_flops(b, s, h, spec.ffn, spec.gated_mlp)
+
+
+def model_layer_recompute_flops(spec: ModelSpec, b: int, i: int, mode: str) -> float:
+    """`recompute_flops` of layer i of `spec`: the whole layer's forward (full; an MoE layer's
+    includes its experts), the attention core 4bs^2h (selective), or nothing."""
+    if mode == "full":
+        return model_layer_forward_flops(spec, b, i)
+    _check_layer(spec, i)
+    return recompute_flops(b, spec.seq_len, spec.hidden, spec.ffn, spec.gated_mlp, mode)
+
+
+def model_layer_params(spec: ModelSpec, i: int) -> int:
+    """Parameters of layer i of `spec`: `layer_params`, or `moe_layer_params` in an MoE layer."""
+    if _is_moe_layer(spec, i):
+        return moe_layer_params(spec.hidden, spec.moe, spec.gated_mlp)
+    return layer_params(spec.hidden, spec.ffn, spec.gated_mlp)
+
+
+def model_layer_active_params(spec: ModelSpec, i: int) -> int:
+    """Parameters of layer i one token uses: all of a dense layer's; an MoE layer's attention,
+    layernorms, router, shared experts and top_k routed experts."""
+    h = spec.hidden
+    if _is_moe_layer(spec, i):
+        return attention_params(h) + 4 * h + moe_mlp_active_params(h, spec.moe, spec.gated_mlp)
+    return layer_params(h, spec.ffn, spec.gated_mlp)
 
 
 def boundary_activation_bytes(b: int, s: int, h: int, dtype_bytes: int) -> float:

@@ -1,13 +1,55 @@
 """Model presets as data, each with its source. A scenario names one and may override any field.
 
-Dense decoder-only transformers, described by the few numbers the cost model and the memory
-model need. `ffn` is the MLP's inner width; `gated_mlp` means a SwiGLU-style MLP with three
-weight matrices (gate, up: h -> ffn; down: ffn -> h) instead of two.
+Decoder-only transformers, described by the few numbers the cost model and the memory model
+need. `ffn` is the dense MLP's inner width; `gated_mlp` means a SwiGLU-style MLP with three
+weight matrices (gate, up: h -> ffn; down: ffn -> h) instead of two. Attention is standard
+multi-head attention with h x h Q, K, V and output projections: grouped-query attention (GQA)
+and DeepSeek's multi-head latent attention (MLA) are not modelled, so presets of such models
+count more attention weights than the real model (each preset's note says by how much).
+
+Mixture-of-Experts (`moe`, a `MoESpec`; None for a dense model): in an MoE layer the MLP is
+replaced by `num_experts` routed experts, each an MLP of width `expert_ffn` (gated like the
+dense MLP), of which a router (an h x num_experts matrix, no bias) picks `top_k` per token, plus
+`shared_experts` always-on experts of the same width (DeepSeekMoE). Layer i (0-based) is an MoE
+layer when i >= first_dense and i % every == every - 1 (every 2: layers 1, 3, 5, ...;
+first_dense 3: DeepSeek-V3's three dense layers first); the other layers keep the dense MLP of
+width `ffn`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """The MoE MLP of a `ModelSpec` (module docstring). `capacity_factor` None: no token is dropped
+    (dropless); c > 0: every expert takes at most ceil(c x T x top_k / num_experts) of a group's T
+    tokens (sim.numerics.moe's rule) and its buffer is that size."""
+
+    num_experts: int
+    top_k: int
+    expert_ffn: int
+    capacity_factor: float | None = None
+    every: int = 1
+    first_dense: int = 0
+    shared_experts: int = 0
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i (0-based) has the MoE MLP: i >= first_dense and i % every == every - 1."""
+        return i >= self.first_dense and i % self.every == self.every - 1
+
+    def moe_layers(self, layers: int) -> tuple[int, ...]:
+        """The MoE layers' indices among `layers` layers."""
+        return tuple(range(self._first_moe_layer(), layers, self.every))
+
+    def num_moe_layers(self, layers: int) -> int:
+        """How many of `layers` layers are MoE layers (closed form: no loop over the layers)."""
+        return len(range(self._first_moe_layer(), layers, self.every))
+
+    def _first_moe_layer(self) -> int:
+        """The smallest i >= first_dense with i % every == every - 1."""
+        return self.first_dense + (self.every - 1 - self.first_dense) % self.every
 
 
 @dataclass(frozen=True)
@@ -21,6 +63,7 @@ class ModelSpec:
     seq_len: int
     vocab: int
     gated_mlp: bool = False
+    moe: MoESpec | None = None
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -46,4 +89,33 @@ MODELS: dict[str, ModelSpec] = {
     # Not a published model: a small GPT-style shape for quick scenarios and tests
     # (8 layers split evenly by pp 1, 2, 4, 8; 16 heads split by tp 1..16).
     "tiny-8l": ModelSpec(layers=8, hidden=1024, heads=16, ffn=4096, seq_len=1024, vocab=32000),
+    # Mixtral 8x7B, Jiang et al. 2024, "Mixtral of Experts" (arXiv:2401.04088), Table 1: dim 4096,
+    # 32 layers, 32 heads of 128, 8 KV heads, hidden_dim 14336, context 32768, vocab 32000, 8 experts,
+    # top 2, SwiGLU experts, every layer MoE; mistralai/Mixtral-8x7B-v0.1 config.json agrees
+    # (num_local_experts 8, num_experts_per_tok 2, intermediate_size 14336, max_position_embeddings
+    # 32768). seq_len is the paper's 32k training context ("trained with a context size of 32k
+    # tokens"); override it (e.g. 4096) for cheaper runs: the memory model has no flash attention,
+    # so the 5as^2b score term is large at 32k. No GQA here: the 8 KV heads become 32, i.e.
+    # 2h(h - 8 x 128) = 25.2M more attention weights per layer, 0.81B in all: we count 47.5B total
+    # and 13.7B active against the 46.7B and 12.9B Mistral AI publishes (tests/test_cost_moe.py).
+    "mixtral-8x7b": ModelSpec(
+        layers=32, hidden=4096, heads=32, ffn=14336, seq_len=32768, vocab=32000, gated_mlp=True,
+        moe=MoESpec(num_experts=8, top_k=2, expert_ffn=14336),
+    ),
+    # DeepSeek-V3-like, DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv:2412.19437), section
+    # 4.2: 61 layers, hidden 7168, 128 attention heads, all FFNs but the first three layers' are MoE
+    # layers of 1 shared + 256 routed experts of width 2048, 8 routed experts per token, pre-training
+    # sequence length 4K; deepseek-ai/DeepSeek-V3 config.json: intermediate_size 18432 (the dense layers),
+    # moe_intermediate_size 2048, first_k_dense_replace 3, vocab_size 129280, SiLU (SwiGLU) MLPs.
+    # "-like": MLA (low-rank compressed Q and KV, 128 heads of 128 + 64 rope dims) is approximated
+    # by standard MHA with 128 heads of 7168 / 128 = 56: its 4h^2 = 205.5M weights per layer are
+    # 18.4M more than MLA's 187.1M (1.1B over 61 layers), and its scores and x V FLOPs, 4bs^2h with
+    # h = 7168, are fewer than MLA's 2bs^2 x 128 x (192 + 128); sigmoid routing with node-limited
+    # groups, the auxiliary-loss-free bias and the multi-token-prediction module are not modelled.
+    # We count 672.3B total and 37.8B active (without the embedding lookup) against the paper's
+    # 671B and 37B. 61 layers is prime: parallel.pp must be 1 or 61 while stages split layers evenly.
+    "deepseek-v3-like": ModelSpec(
+        layers=61, hidden=7168, heads=128, ffn=18432, seq_len=4096, vocab=129280, gated_mlp=True,
+        moe=MoESpec(num_experts=256, top_k=8, expert_ffn=2048, first_dense=3, shared_experts=1),
+    ),
 }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sim.gantt import plot_gantt
@@ -25,10 +27,7 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
     Everything is written into a fresh hidden sibling folder first and moved into place at the
     end, so a failure never leaves a half-written run folder behind.
     """
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with output_folder(out_dir) as tmp:
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
         sc = result.scenario
         title = (f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
@@ -45,13 +44,24 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
         plot_memory(result.memory, sc.gpu_spec.memory_bytes, tmp / "memory.png",
                     f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})")
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
+    return Path(out_dir)
+
+
+@contextmanager
+def output_folder(out_dir: str | Path) -> Iterator[Path]:
+    """A fresh hidden sibling of `out_dir` to write into; moved into place (replacing `out_dir`)
+    when the block ends, removed if it raises: a run's folder is complete or absent, never half."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        yield tmp
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out_dir
 
 
 def terminal_summary(result: RunResult) -> str:

@@ -31,6 +31,10 @@ from sim.scenario import Scenario
 from sim.shortcut import Shortcuts
 from topologies.registry import TOPOLOGIES
 
+MOE_NOT_YET = ("expert layers are described (presets, validation, cost functions) but not simulated yet: "
+               "no all-to-all, expert placement or routed numerics (issue 5)")
+
+
 def build_topology(scenario: Scenario) -> nx.DiGraph:
     """The scenario's network graph: the registry's builder, given the keys its kind takes
     (sim.scenario.TOPOLOGY_KEYS) and the cluster's sizes."""
@@ -136,6 +140,8 @@ def make_program(scenario: Scenario) -> Program:
     """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
     shard), then the tensor-parallel and the data-parallel / ZeRO collectives."""
     p, m = scenario.parallel, scenario.model_spec
+    if m.moe is not None:
+        raise ValueError(MOE_NOT_YET)
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
                                                scenario.dtype_bytes)

@@ -27,7 +27,7 @@ from schedules.pipeline import SCHEDULES
 from sim import units
 from sim.hardware import GPUS, GpuSpec
 from sim.memory import RECOMPUTE_MODES
-from sim.presets import MODELS, ModelSpec
+from sim.presets import MODELS, ModelSpec, MoESpec
 from topologies import fattree
 from topologies.registry import TOPOLOGIES
 
@@ -246,9 +246,55 @@ class ClusterSection(_Section):
         return dataclasses.replace(GPUS[self.gpu], **overrides)
 
 
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {show_value(value)}")
+    return value
+
+
+class MoESection(_Section):
+    """Mixture-of-Experts MLP (sim.presets.MoESpec): layer i is an MoE layer when i >= first_dense
+    and i % every == every - 1; the other layers keep the dense MLP of width model.ffn. With a
+    preset, the keys given override the preset's one by one (`moe: null` makes the model dense)."""
+
+    num_experts: int = Field(alias="experts", gt=0, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, description="routed experts each token goes to (<= experts)")
+    capacity_factor: Annotated[float, Field(gt=0), AfterValidator(_finite)] | None = Field(
+        None, description="expert buffer = ceil(factor x tokens x top_k / experts) rows, tokens past it "
+                          "are dropped; null (default): no dropping")
+    every: int = Field(1, gt=0, description="MoE in every n-th layer: layers i with i % every == every - 1")
+    first_dense: int = Field(0, ge=0, description="this many first layers stay dense (DeepSeek-V3: 3)")
+    expert_ffn: int = Field(gt=0, description="each expert's MLP width (default model.ffn)")
+    shared_experts: int = Field(0, ge=0, description="always-on experts of width expert_ffn (DeepSeekMoE)")
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> MoESection:
+        if self.top_k > self.num_experts:
+            raise _FieldError("top_k", f"{self.top_k} > model.moe.experts ({self.num_experts}): a token cannot go "
+                              "to more experts than there are")
+        return self
+
+    @property
+    def spec(self) -> MoESpec:
+        return MoESpec(**self.model_dump())
+
+
+def _moe_as_yaml(moe: MoESpec | None) -> dict[str, Any] | None:
+    """A preset's MoESpec under its YAML keys (`experts`, not `num_experts`), for merging."""
+    if moe is None:
+        return None
+    return {MoESection.model_fields[name].alias or name: value for name, value in dataclasses.asdict(moe).items()}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class ModelSection(_Section):
-    """Model shape. With `preset`, missing fields come from MODELS[preset]; without it, all of
-    layers/hidden/heads/seq_len/vocab are required and ffn defaults to 4 x hidden."""
+    """Model shape. With `preset`, missing fields come from MODELS[preset] (and missing `moe` keys
+    from the preset's MoE); without it, all of layers/hidden/heads/seq_len/vocab are required and
+    ffn defaults to 4 x hidden. `moe` (absent or null: a dense model) takes its expert_ffn from ffn
+    when not given."""
 
     # The schema cannot say "required unless preset"; list none as required rather than lie.
     model_config = ConfigDict(json_schema_extra=lambda schema, cls: schema.pop("required", None))
@@ -261,6 +307,7 @@ class ModelSection(_Section):
     seq_len: int = Field(gt=0)
     vocab: int = Field(gt=0)
     gated_mlp: bool = False
+    moe: MoESection | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -272,10 +319,15 @@ class ModelSection(_Section):
             if preset not in MODELS:
                 valid = ", ".join(MODELS)
                 raise _FieldError("preset", f"unknown preset '{preset}' (valid: {valid})")
-            return {**dataclasses.asdict(MODELS[preset]), **data}
-        hidden = data.get("hidden")
-        if "ffn" not in data and isinstance(hidden, int) and not isinstance(hidden, bool):
-            return {**data, "ffn": 4 * hidden}
+            base = {**dataclasses.asdict(MODELS[preset]), "moe": _moe_as_yaml(MODELS[preset].moe)}
+            if isinstance(base["moe"], dict) and isinstance(data.get("moe"), dict):
+                data = {**data, "moe": {**base["moe"], **data["moe"]}}  # override the preset's MoE key by key
+            data = {**base, **data}
+        elif "ffn" not in data and _is_int(data.get("hidden")):
+            data = {**data, "ffn": 4 * data["hidden"]}
+        moe = data.get("moe")
+        if isinstance(moe, dict) and "expert_ffn" not in moe and _is_int(data.get("ffn")):
+            data = {**data, "moe": {**moe, "expert_ffn": data["ffn"]}}
         return data
 
     @model_validator(mode="after")
@@ -284,9 +336,20 @@ class ModelSection(_Section):
             raise _FieldError("heads", f"{self.heads} does not divide model.hidden ({self.hidden})")
         return self
 
+    @model_validator(mode="after")
+    def _some_layer_is_moe(self) -> ModelSection:
+        moe = self.moe
+        if moe is not None and not moe.spec.num_moe_layers(self.layers):
+            knob = "first_dense" if moe.first_dense >= self.layers else "every"
+            raise _FieldError(f"moe.{knob}", (
+                f"no MoE layer among model.layers ({self.layers}): layer i is MoE when i >= model.moe.first_dense "
+                f"({moe.first_dense}) and i % model.moe.every ({moe.every}) == {moe.every - 1}"))
+        return self
+
     @property
     def spec(self) -> ModelSpec:
-        return ModelSpec(**self.model_dump(exclude={"preset"}))
+        fields = self.model_dump(exclude={"preset", "moe"})
+        return ModelSpec(**fields, moe=self.moe.spec if self.moe is not None else None)
 
 
 Recompute = _one_of(RECOMPUTE_MODES, "recompute mode")
@@ -316,6 +379,9 @@ class ParallelSection(_Section):
     bucket: Bytes = Field(25 * 2**20, description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default)")
     order: list[Literal["dp", "pp", "tp"]] = Field(
         ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)")
+    ep: int = Field(1, gt=0, description="expert-parallel degree: each MoE layer's experts are spread over ep "
+                                         "ranks carved out of the data-parallel group (ep divides dp and "
+                                         "model.moe.experts); experts stay split tp ways like the dense MLP")
 
     @field_validator("order")
     @classmethod
@@ -397,6 +463,7 @@ class Scenario(_Section):
             raise _FieldError("parallel.tp", f"{p.tp} does not divide model.heads ({m.heads})")
         if m.ffn % p.tp:
             raise _FieldError("parallel.tp", f"{p.tp} does not divide model.ffn ({m.ffn})")
+        self._check_expert_parallel()
         if p.world_size != c.num_gpus:
             raise _FieldError("parallel", (
                 f"pp({p.pp}) x tp({p.tp}) x dp({p.dp}) = {p.world_size} != {c.num_gpus} GPUs "
@@ -428,6 +495,28 @@ class Scenario(_Section):
             raise _FieldError("parallel.sequence_parallel", "needs parallel.tp > 1 (it splits the tensor-parallel "
                               "group's sequence)")
         return self
+
+    def _check_expert_parallel(self) -> None:
+        """Layout rule (DeepSpeed-MoE; Megatron-Core's expert parallelism with expert tensor parallel
+        = tp): the dp ranks holding one (stage, tp shard) form dp / ep expert-parallel groups of ep
+        consecutive dp indices; EP rank r of a group holds experts r E/ep .. (r + 1) E/ep - 1 of
+        every MoE layer, each split tp ways; the dp / ep ranks holding the same experts reduce their
+        gradients (and share their ZeRO shards). So ep must divide both dp and the expert count.
+        (Megatron-Core with expert tensor parallel 1 can also spread experts over the tp ranks,
+        ep | dp x tp; that layout is not modelled.)"""
+        m, p = self.model, self.parallel
+        if m.moe is None:
+            if p.ep > 1:
+                raise _FieldError("parallel.ep", f"{p.ep} needs an MoE model (set model.moe); this model is dense")
+            return
+        if m.moe.num_experts % p.ep:
+            raise _FieldError("parallel.ep", f"{p.ep} does not divide model.moe.experts ({m.moe.num_experts})")
+        if p.dp % p.ep:
+            raise _FieldError("parallel.ep", (
+                f"{p.ep} does not divide parallel.dp ({p.dp}): expert-parallel groups are carved out of the "
+                "data-parallel group"))
+        if m.moe.expert_ffn % p.tp:
+            raise _FieldError("parallel.tp", f"{p.tp} does not divide model.moe.expert_ffn ({m.moe.expert_ffn})")
 
     @property
     def num_gpus(self) -> int:

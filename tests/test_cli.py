@@ -58,6 +58,22 @@ BAD_INPUTS = [
     ("shadow_seq_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 2\n  sequence_parallel: true")
      .replace("gpus_per_node: 4", "gpus_per_node: 8") + "  seq_len: 7\n", "numerics.seq_len",
      r"7 is not divisible by parallel.tp \(2\)"),
+    ("moe_top_k_above_experts",
+     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 9}\n  preset: gpt3-1.3b"), "model.moe.top_k",
+     r"9 > model.moe.experts \(8\)"),
+    ("moe_zero_capacity_factor",
+     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2, capacity_factor: 0}\n  preset: gpt3-1.3b"),
+     "model.moe.capacity_factor", "must be > 0, got 0"),
+    ("ep_on_a_dense_model", GOOD.replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep", "needs an MoE model"),
+    ("ep_not_dividing_experts",
+     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 6, top_k: 2}\n  preset: gpt3-1.3b")
+     .replace("  dp: 1", "  dp: 4\n  ep: 4").replace("gpus_per_node: 4", "gpus_per_node: 16"),
+     "parallel.ep", r"4 does not divide model.moe.experts \(6\)"),
+    ("ep_not_dividing_dp", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
+     .replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep",
+     r"2 does not divide parallel.dp \(1\): expert-parallel groups are carved out of the data-parallel group"),
+    ("moe_not_simulated_yet", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b"),
+     "model.moe", "not simulated yet"),
 ]
 
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from schedules.ir import Compute
 
 import numpy as np
+from finite_differences import central_difference
 import pytest
 
 from sim.numerics.optim import SGD, Adam, make_optimizer
@@ -25,17 +26,6 @@ def randomized_params(cfg, seed):
     return {name: value + 0.3 * rng.standard_normal(value.shape) for name, value in init_params(cfg, seed).items()}
 
 
-def central_difference(f, array, index):
-    """(f(x + eps e_i) - f(x - eps e_i)) / (2 eps), perturbing `array` in place and restoring it."""
-    old = array[index]
-    array[index] = old + FD_EPS
-    up = f()
-    array[index] = old - FD_EPS
-    down = f()
-    array[index] = old
-    return (up - down) / (2 * FD_EPS)
-
-
 def probe_indices(grad, rng, count=3):
     """The largest-gradient entry plus `count - 1` random entries of `grad`."""
     flat = [int(np.argmax(np.abs(grad)))] + list(rng.integers(0, grad.size, size=count - 1))
@@ -44,7 +34,7 @@ def probe_indices(grad, rng, count=3):
 
 def fd_rel_err(f, array, grad, rng):
     """max over probed entries of |numeric - analytic|, relative to the tensor's largest |analytic|."""
-    errs = [abs(central_difference(f, array, i) - grad[i]) for i in probe_indices(grad, rng)]
+    errs = [abs(central_difference(f, array, i, FD_EPS) - grad[i]) for i in probe_indices(grad, rng)]
     return max(errs) / np.max(np.abs(grad))
 
 

@@ -3,6 +3,7 @@ naming the file, the YAML field path and what is wrong (both values for cross-fi
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.hardware import GPUS
-from sim.presets import MODELS
+from sim.presets import MODELS, MoESpec
 from sim.scenario import Scenario, ScenarioError, scenario_json_schema
 from sim.scenario_loader import load_scenario, load_scenario_text
 
@@ -124,6 +125,48 @@ def test_without_preset_ffn_defaults_to_4h():
     assert s.model_spec.ffn == 2048 and s.model.preset is None and not s.model_spec.gated_mlp
 
 
+def test_moe_preset_keys_are_overridden_one_by_one():
+    s = load_scenario_text(variant(("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 1, "capacity_factor": 1.25}}),
+                                   ("parallel", {}), ("cluster.gpus_per_node", 1)))
+    assert s.model_spec.moe == MoESpec(num_experts=8, top_k=1, expert_ffn=14336, capacity_factor=1.25)
+    assert s.model_spec.hidden == 4096 and s.parallel.ep == 1
+
+
+def test_moe_null_makes_a_moe_preset_dense():
+    s = load_scenario_text(variant(("model", {"preset": "mixtral-8x7b", "moe": None}), ("parallel", {}),
+                                   ("cluster.gpus_per_node", 1)))
+    assert s.model_spec.moe is None and s.model_spec.ffn == 14336
+
+
+def test_moe_on_a_dense_preset_takes_expert_ffn_from_ffn_and_defaults():
+    s = load_scenario_text(variant(("model.moe", {"experts": 8, "top_k": 2})))
+    assert s.model_spec.moe == MoESpec(num_experts=8, top_k=2, expert_ffn=4096, capacity_factor=None, every=1,
+                                       first_dense=0, shared_experts=0)
+    assert s.model_spec.ffn == 4096 and s.model.moe.num_experts == 8
+    assert MODELS["tiny-8l"].moe is None  # the preset itself is untouched
+
+
+def test_moe_without_preset_and_its_yaml_keys_in_the_resolved_scenario():
+    model = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1000, "gated_mlp": True,
+             "moe": {"experts": 16, "top_k": 4, "every": 2, "expert_ffn": 128, "shared_experts": 2,
+                     "capacity_factor": 1}}
+    s = load_scenario_text(variant(("model", model)))
+    assert s.model_spec.ffn == 1024  # 4 x hidden: the dense layers 0 and 2
+    assert s.model_spec.moe.capacity_factor == 1.0 and s.model_spec.moe.moe_layers(4) == (1, 3)
+    resolved = json.loads(json.dumps(s.resolved()))
+    assert resolved["model"]["moe"]["num_experts"] == 16 and resolved["parallel"]["ep"] == 1
+
+
+def test_expert_parallel_is_carved_out_of_data_parallel():
+    """ep divides dp and the experts; the world size stays pp x tp x dp."""
+    s = load_scenario_text(variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
+                                   ("parallel.dp", 4), ("parallel.ep", 4)))
+    assert (s.parallel.dp, s.parallel.ep, s.parallel.world_size) == (4, 4, 4)
+    s = load_scenario_text(variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
+                                   ("parallel.tp", 2), ("parallel.dp", 2), ("parallel.ep", 2)))
+    assert (s.parallel.tp, s.parallel.ep) == (2, 2)
+
+
 def test_gpu_overrides_merge_into_gpu_spec():
     overrides = {"memory": "80GiB", "efficiency": 0.4, "hbm_bandwidth": "2TB/s",
                  "peak_flops": "300TFLOPS"}
@@ -198,6 +241,11 @@ def test_json_schema_is_json_and_covers_every_section():
     assert bandwidth["type"] == "string" and re.match(bandwidth["pattern"], "300GB/s")
     assert schema["$defs"]["TopologySection"]["additionalProperties"] is False
     assert "required" not in schema["$defs"]["ModelSection"]  # a preset may supply them all
+    moe = schema["$defs"]["MoESection"]
+    assert set(moe["properties"]) == {"experts", "top_k", "capacity_factor", "every", "first_dense", "expert_ffn",
+                                      "shared_experts"}
+    assert moe["additionalProperties"] is False
+    assert "ep" in schema["$defs"]["ParallelSection"]["properties"]
 
 
 # --- bad input: one parametrised table, one rule per row -------------------------------------
@@ -253,7 +301,8 @@ BAD = [
     ("unknown_gpu", variant(("cluster.gpu", "V100")), "cluster.gpu",
      r"unknown gpu 'V100' \(valid: A100-SXM-80GB, H100-SXM, H200\)$"),
     ("unknown_preset", variant(("model.preset", "gpt5")), "model.preset",
-     r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l\)$"),
+     r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l, mixtral-8x7b, "
+     r"deepseek-v3-like\)$"),
     ("unknown_schedule", variant(("schedule", "zb-v")), "schedule",
      r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved\)$"),
     ("unknown_topology_kind", variant(("cluster.topology.kind", "hypercube")), "cluster.topology.kind",
@@ -272,6 +321,42 @@ BAD = [
      "numerics.heads", r"3 does not divide numerics\.hidden \(16\)$"),
     ("numerics_unknown_optimizer", variant(("numerics", {"optimizer": "lion"})), "numerics.optimizer",
      r"unknown optimizer 'lion' \(valid: adam, sgd\)$"),
+    # Mixture-of-Experts: model.moe and parallel.ep
+    ("moe_top_k_above_experts", variant(("model.moe", {"experts": 4, "top_k": 5})), "model.moe.top_k",
+     r"5 > model\.moe\.experts \(4\): a token cannot go to more experts than there are$"),
+    ("moe_top_k_override_above_the_presets_experts", variant(("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 9}}),
+                                                             ("parallel", {}), ("cluster.gpus_per_node", 1)),
+     "model.moe.top_k", r"9 > model\.moe\.experts \(8\)"),
+    ("moe_zero_capacity_factor", variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": 0})),
+     "model.moe.capacity_factor", r"must be > 0, got 0$"),
+    ("moe_negative_capacity_factor", variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": -1.25})),
+     "model.moe.capacity_factor", r"must be > 0, got -1\.25$"),
+    ("moe_infinite_capacity_factor", variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": math.inf})),
+     "model.moe.capacity_factor", r"must be a finite number, got inf$"),
+    ("moe_without_experts", variant(("model.moe", {"top_k": 2})), "model.moe.experts", r"required field missing$"),
+    ("moe_unknown_key", variant(("model.moe", {"experts": 4, "top_k": 2, "topk": 1})), "model.moe.topk",
+     r"unknown key 'topk'"),
+    ("moe_zero_every", variant(("model.moe", {"experts": 4, "top_k": 2, "every": 0})), "model.moe.every",
+     r"must be > 0, got 0$"),
+    ("moe_no_moe_layer_left", variant(("model.moe", {"experts": 4, "top_k": 2, "first_dense": 8})),
+     "model.moe.first_dense", re.escape("no MoE layer among model.layers (8): layer i is MoE when i >= "
+                                        "model.moe.first_dense (8) and i % model.moe.every (1) == 0") + "$"),
+    ("moe_every_beyond_the_layers", variant(("model.moe", {"experts": 4, "top_k": 2, "every": 9})),
+     "model.moe.every", r"no MoE layer among model\.layers \(8\)"),
+    ("ep_on_a_dense_model", variant(("parallel.pp", 2), ("parallel.dp", 2), ("parallel.ep", 2)), "parallel.ep",
+     r"2 needs an MoE model \(set model\.moe\); this model is dense$"),
+    ("ep_not_dividing_experts", variant(("model.moe", {"experts": 6, "top_k": 2}), ("parallel.pp", 1),
+                                        ("parallel.dp", 4), ("parallel.ep", 4)),
+     "parallel.ep", r"4 does not divide model\.moe\.experts \(6\)$"),
+    ("ep_not_dividing_dp", variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.ep", 2)), "parallel.ep",
+     r"2 does not divide parallel\.dp \(1\): expert-parallel groups are carved out of the data-parallel group$"),
+    ("ep_spanning_tp_is_not_modelled", variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 2),
+                                               ("parallel.tp", 2), ("parallel.ep", 2)),
+     "parallel.ep", r"2 does not divide parallel\.dp \(1\)"),
+    ("ep_zero", variant(("parallel.ep", 0)), "parallel.ep", r"must be > 0, got 0$"),
+    ("tp_not_dividing_expert_ffn", variant(("model.moe", {"experts": 4, "top_k": 2, "expert_ffn": 1022}),
+                                           ("parallel.pp", 1), ("parallel.tp", 4)),
+     "parallel.tp", r"4 does not divide model\.moe\.expert_ffn \(1022\)$"),
 ]
 
 
@@ -333,7 +418,8 @@ FIELD_PATHS = st.sampled_from([
     "cluster.topology.link_latency", "cluster.gpu_overrides", "cluster.gpu_overrides.memory",
     "model", "model.preset", "model.layers", "model.hidden", "training.global_batch",
     "training.dtype", "parallel.pp", "parallel.tp", "schedule", "numerics", "numerics.lr",
-    "output.dir", "extra",
+    "output.dir", "extra", "model.moe", "model.moe.experts", "model.moe.top_k", "model.moe.capacity_factor",
+    "model.moe.every", "parallel.ep",
 ])
 
 
