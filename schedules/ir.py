@@ -31,7 +31,7 @@ RECV_STREAM = "recv"
 Tag = tuple[str, int, int]  # (phase "F"|"B", microbatch, producer stage)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Compute:
     """Forward (F), backward (B) or optimizer step (OPT) of one stage's layers for one microbatch.
 
@@ -55,7 +55,7 @@ class Compute:
         object.__setattr__(self, "label", label if self.part is None else f"{label}.{self.part}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _PointToPoint:
     """A message with `peer`, tagged `tag`, of `nbytes`; the subclass says which end it is."""
 
@@ -71,7 +71,7 @@ class _PointToPoint:
         object.__setattr__(self, "label", f"{self.KIND} {_tag_text(self.tag)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Send(_PointToPoint):
     """Point-to-point send of the tensor tagged `tag` to rank `peer` (eager: buffered at the peer)."""
 
@@ -79,7 +79,7 @@ class Send(_PointToPoint):
     KIND = "SEND"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Recv(_PointToPoint):
     """Point-to-point receive of the tensor tagged `tag` from rank `peer`; done when it arrives."""
 
@@ -90,7 +90,7 @@ class Recv(_PointToPoint):
 COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Collective:
     """One rank's part in a collective over `group` (ranks); every member has the same tag."""
 
