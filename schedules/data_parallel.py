@@ -40,20 +40,26 @@ def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
 
 
 def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[int], float], zero_stage: int,
-                      bucket_bytes: float) -> Program:
+                      bucket_bytes: float, expert_bytes: Callable[[int], float] = lambda stage: 0.0) -> Program:
     """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
 
     `weight_bytes(stage)`: bytes of the stage's 16-bit weights on one rank (= its gradients').
-    With dp = 1 there is nothing to reduce and the program is returned as it is.
+    `expert_bytes(stage)`: the part of them that is routed experts; with expert parallelism
+    (layout.ep > 1) those are reduced among the ranks holding the same experts (tags egrads@...,
+    eparams@...), the rest over the whole data-parallel group. With dp = 1 there is nothing to
+    reduce and the program is returned as it is.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
     if layout.dp == 1:
         return program
+    if zero_stage == 3 and layout.ep > 1:
+        raise ValueError("ZeRO 3 with expert parallelism is not modelled")
     ops: dict[int, list[Op]] = {}
     for rank in program.ranks:
-        _, p, t = layout.coords(rank)
+        d, p, t = layout.coords(rank)
         group = layout.dp_group(p, t)
+        sets = _gradient_sets(layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
         last_backward = {op.stage: op.label for op in computes if op.phase == "B"}
         # a stage's gradients are whole once its last backward and whatever else its optimizer
@@ -71,28 +77,39 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
                 computed.append(ends[(op.phase, op.microbatch, op.stage)])
                 op = dataclasses.replace(op, deps=op.deps + (gather.label,))
             if isinstance(op, Compute) and op.phase == "OPT":
-                reductions = _grad_tags(op.stage, t, weight_bytes(op.stage), bucket_bytes, zero_stage)
-                shard = 1 / len(group) if zero_stage >= 1 else 1.0
+                kind = "ALL_REDUCE" if zero_stage == 0 else "REDUCE_SCATTER"
+                shard = (sum(size / len(members) for _, members, size in sets(op.stage)) / weight_bytes(op.stage)
+                         if zero_stage >= 1 and weight_bytes(op.stage) > 0 else 1.0)
                 op = dataclasses.replace(op, nbytes=op.nbytes * shard, flops=op.flops * shard,
-                                         deps=op.deps + tuple(label for label, _ in reductions))
+                                         deps=op.deps + tuple(f"{kind} {tag}" for what, members, size in sets(op.stage)
+                                                              for tag, _ in _buckets(what, size, bucket_bytes)))
             out.append(op)
             if isinstance(op, Compute) and op.phase == "B" and last_backward[op.stage] == op.label:
                 kind = "all_reduce" if zero_stage == 0 else "reduce_scatter"
-                out.extend(Collective(kind, tag, group, size, stream=DP_STREAM, deps=grads_ready[op.stage])
-                           for tag, size in _grad_buckets(op.stage, t, weight_bytes(op.stage), bucket_bytes))
+                out.extend(Collective(kind, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
+                           for what, members, total in sets(op.stage)
+                           for tag, size in _buckets(what, total, bucket_bytes))
             if isinstance(op, Compute) and op.phase == "OPT" and zero_stage in (1, 2):
-                out.extend(Collective("all_gather", f"params@{op.stage}.t{t}.b{b}", group, size, stream=DP_STREAM,
-                                      deps=(op.label,))
-                           for b, size in enumerate(bucket_sizes(weight_bytes(op.stage), bucket_bytes)))
+                out.extend(Collective("all_gather", tag.replace("grads@", "params@"), members, size,
+                                      stream=DP_STREAM, deps=(op.label,))
+                           for what, members, total in sets(op.stage)
+                           for tag, size in _buckets(what, total, bucket_bytes))
         ops[rank] = out
     return Program(ops, program.num_stages, program.num_microbatches, program.stage_to_rank, program.replicas)
 
 
-def _grad_buckets(stage: int, t: int, total: float, bucket_bytes: float) -> list[tuple[str, float]]:
-    return [(f"grads@{stage}.t{t}.b{b}", size) for b, size in enumerate(bucket_sizes(total, bucket_bytes))]
+def _gradient_sets(layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes):
+    """stage -> [(tag prefix, group, bytes)]: the dense gradients over the data-parallel group and,
+    with expert parallelism, the experts' over the ranks holding the same experts (if several)."""
+    def sets(stage: int) -> list[tuple[str, tuple[int, ...], float]]:
+        experts = expert_bytes(stage) if layout.ep > 1 else 0.0
+        out = [(f"grads@{stage}.t{t}", layout.dp_group(p, t), weight_bytes(stage) - experts)]
+        holders = layout.expert_dp_group(d, p, t)
+        if experts > 0 and len(holders) > 1:
+            out.append((f"egrads@{stage}.t{t}.r{d % layout.ep}", holders, experts))
+        return out
+    return sets
 
 
-def _grad_tags(stage: int, t: int, total: float, bucket_bytes: float, zero_stage: int) -> list[tuple[str, float]]:
-    """(label, size) of the gradient collectives the optimizer step of `stage` waits for."""
-    kind = "ALL_REDUCE" if zero_stage == 0 else "REDUCE_SCATTER"
-    return [(f"{kind} {tag}", size) for tag, size in _grad_buckets(stage, t, total, bucket_bytes)]
+def _buckets(prefix: str, total: float, bucket_bytes: float) -> list[tuple[str, float]]:
+    return [(f"{prefix}.b{b}", size) for b, size in enumerate(bucket_sizes(total, bucket_bytes))]

@@ -25,13 +25,16 @@ class Layout:
     pp: int
     tp: int
     order: tuple[str, ...] = DEFAULT_ORDER
+    ep: int = 1  # expert-parallel degree, carved out of dp: ep consecutive data-parallel indices
 
     def __post_init__(self):
         if sorted(self.order) != sorted(AXES):
             raise ValueError(f"layout order {self.order} must name each of {AXES} once")
-        for axis in AXES:
+        for axis in (*AXES, "ep"):
             if getattr(self, axis) < 1:
                 raise ValueError(f"{axis} must be >= 1, got {getattr(self, axis)}")
+        if self.dp % self.ep:
+            raise ValueError(f"ep ({self.ep}) must divide dp ({self.dp})")
 
     @property
     def world(self) -> int:
@@ -59,3 +62,15 @@ class Layout:
 
     def tp_group(self, dp: int, pp: int) -> tuple[int, ...]:
         return tuple(int(r) for r in self.grid[dp, pp, :])
+
+    def ep_group(self, dp: int, pp: int, tp: int) -> tuple[int, ...]:
+        """The ranks that hold one copy of all experts between them (DeepSpeed-MoE's layout): the ep
+        consecutive data-parallel indices around `dp`, same stage and shard; an MoE layer's tokens
+        travel among them."""
+        first = dp // self.ep * self.ep
+        return tuple(int(r) for r in self.grid[first:first + self.ep, pp, tp])
+
+    def expert_dp_group(self, dp: int, pp: int, tp: int) -> tuple[int, ...]:
+        """The ranks that hold the same experts (every ep-th data-parallel index): they reduce the
+        experts' gradients together."""
+        return tuple(int(r) for r in self.grid[dp % self.ep::self.ep, pp, tp])

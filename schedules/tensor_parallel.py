@@ -24,105 +24,153 @@ from schedules.ir import Collective, Compute, Op, Program
 from schedules.layout import Layout
 
 TP_STREAM = "tp"
-Piece = tuple[tuple[str, ...], str | None]  # (work items, the collective that ends the piece or None)
+EP_STREAM = "ep"
+Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the collective ending it, its group "tp"|"ep")
 
 
-def tp_stage_plan(phase: str, num_layers: int, first: bool, last: bool, sequence_parallel: bool,
-                  recompute_full: bool = False) -> list[Piece]:
-    """The pieces of one stage op of a tensor-parallel rank, in order.
+def tp_stage_plan(phase: str, layers: int | list[bool], first: bool, last: bool, sequence_parallel: bool,
+                  recompute_full: bool = False, tp: int = 2, ep: int = 1) -> list[Piece]:
+    """The pieces of one stage op, in order, cut at its tensor-parallel collectives (tp > 1) and
+    its MoE layers' expert-parallel all-to-alls (ep > 1). `layers`: how many (dense) layers, or
+    for each layer whether its MLP is a mixture of experts.
 
     Work items: "F.embed", "F.attn", "F.mlp", "F.head" (forward of the vocab-parallel embedding, a
-    layer's attention or MLP, the LM head with its share of the cross-entropy) and the same with
-    "B." for their backward; layernorms, residuals and the loss are too small to count and belong to
-    no item. Forward, no sequence parallelism: [embed -> all-reduce] + per layer [attention ->
-    all-reduce, MLP -> all-reduce] + [head -> all-gather of each rank's (log-sum-exp, target logit)]
-    + the rest. Backward: [head -> all-reduce of its input gradient] + per layer [MLP -> all-reduce,
-    attention -> all-reduce] + [embedding]. Sequence parallelism: forward [embed -> reduce-scatter]
-    + per layer [all-gather, attention -> reduce-scatter, all-gather, MLP -> reduce-scatter] +
+    layer's attention or MLP, the LM head with its share of the cross-entropy), for an MoE MLP
+    "F.router" and "F.experts", and the same with "B." for their backward; layernorms, residuals
+    and the loss are too small to count and belong to no item. With tensor parallelism, forward,
+    no sequence parallelism: [embed -> all-reduce] + per layer [attention -> all-reduce, MLP ->
+    all-reduce] + [head -> all-gather of each rank's (log-sum-exp, target logit)] + the rest.
+    Backward: [head -> all-reduce of its input gradient] + per layer [MLP -> all-reduce, attention
+    -> all-reduce] + [embedding]. Sequence parallelism: forward [embed -> reduce-scatter] + per
+    layer [all-gather, attention -> reduce-scatter, all-gather, MLP -> reduce-scatter] +
     [all-gather, head -> all-gather]; backward [head -> reduce-scatter] + per layer [all-gather,
-    MLP -> reduce-scatter, all-gather, attention -> reduce-scatter] + [all-gather, embedding].
-    Full recompute runs the forward's pieces again first (its last piece merging into the
-    backward's first).
+    MLP -> reduce-scatter, all-gather, attention -> reduce-scatter] + [all-gather, embedding]. An
+    MoE MLP is router -> all-to-all (dispatch) -> experts -> all-to-all (combine) in the forward and
+    all-to-all -> experts -> all-to-all -> router in the backward, inside the same tensor-parallel
+    collectives. Full recompute runs the forward's pieces again first (its last piece merging
+    into the backward's first).
     """
-    sp = sequence_parallel
+    moe = [False] * layers if isinstance(layers, int) else list(layers)
+    tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep) if phase == "F" else []
+    if phase == "B":
+        if recompute_full:
+            tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep)
+        tokens += _backward_tokens(moe, first, last, sequence_parallel, tp, ep)
+    elif phase != "F":
+        raise ValueError(f"stage pieces belong to F or B ops, not {phase!r}")
     pieces: list[Piece] = []
+    items: list[str] = []
+    for token in tokens:
+        if isinstance(token, str):
+            items.append(token)
+        else:
+            pieces.append((tuple(items), *token))
+            items = []
+    return pieces + [(tuple(items), None, None)]
+
+
+def _around(phase: str, body: list, sp: bool, tp: int) -> list:
+    """A sublayer entered through f and left through g (Megatron), for tp > 1."""
+    if tp == 1:
+        return body
+    return ([("all_gather", "tp")] if sp else []) + body + [("reduce_scatter" if sp else "all_reduce", "tp")]
+
+
+def _mlp(phase: str, moe: bool, ep: int) -> list:
+    if not moe:
+        return [f"{phase}.mlp"]
+    exchange = [("all_to_all", "ep")] if ep > 1 else []
     if phase == "F":
-        if first:
-            pieces.append((("F.embed",), "reduce_scatter" if sp else "all_reduce"))
-        for _ in range(num_layers):
-            for item in ("F.attn", "F.mlp"):
-                pieces += [((), "all_gather"), ((item,), "reduce_scatter")] if sp else [((item,), "all_reduce")]
-        if last:
-            pieces += ([((), "all_gather")] if sp else []) + [(("F.head",), "all_gather")]
-        return pieces + [((), None)]
-    if phase != "B":
-        raise ValueError(f"tensor-parallel pieces belong to F or B ops, not {phase!r}")
-    if recompute_full:
-        pieces = tp_stage_plan("F", num_layers, first, last, sp)[:-1]
+        return [f"{phase}.router", *exchange, f"{phase}.experts", *exchange]
+    return [*exchange, f"{phase}.experts", *exchange, f"{phase}.router"]
+
+
+def _forward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int) -> list:
+    tokens: list = []
+    if first:
+        tokens += ["F.embed"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
+    for is_moe in moe:
+        tokens += _around("F", ["F.attn"], sp, tp) + _around("F", _mlp("F", is_moe, ep), sp, tp)
     if last:
-        pieces.append((("B.head",), "reduce_scatter" if sp else "all_reduce"))
-    for _ in range(num_layers):
-        for item in ("B.mlp", "B.attn"):
-            pieces += [((), "all_gather"), ((item,), "reduce_scatter")] if sp else [((item,), "all_reduce")]
-    if first and sp:
-        pieces.append(((), "all_gather"))
-    return pieces + [(("B.embed",) if first else (), None)]
+        tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["F.head"]
+        tokens += [("all_gather", "tp")] if tp > 1 else []
+    return tokens
+
+
+def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int) -> list:
+    tokens: list = []
+    if last:
+        tokens += ["B.head"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
+    for is_moe in reversed(moe):
+        tokens += _around("B", _mlp("B", is_moe, ep), sp, tp) + _around("B", ["B.attn"], sp, tp)
+    if first:
+        tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["B.embed"]
+    return tokens
 
 
 def tp_collective_kinds(phase: str, num_layers: int, first: bool, last: bool, sequence_parallel: bool,
                         recompute_full: bool = False) -> list[str]:
-    """The collectives inside one stage op, in order: what the shadow model's tensor-parallel
-    stage (sim.numerics.tensor_parallel) yields, and what `add_tensor_parallel` schedules."""
-    return [kind for _, kind in tp_stage_plan(phase, num_layers, first, last, sequence_parallel, recompute_full)
+    """The tensor-parallel collectives inside one dense stage op, in order: what the shadow
+    model's tensor-parallel stage (sim.numerics.tensor_parallel) yields."""
+    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sequence_parallel, recompute_full)
             if kind is not None]
 
 
-def add_tensor_parallel(program: Program, layout: Layout, layers_per_stage: int, activation_bytes: float,
-                        sequence_parallel: bool, recompute_full: bool, item_flops: Callable[[str, int], float],
-                        loss_gather_bytes: float, grad_sync_bytes: Callable[[int], float]) -> Program:
-    """The program with each forward and backward cut into pieces at its tensor-parallel collectives.
+def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable[[int], list[bool]],
+                        activation_bytes: float, sequence_parallel: bool, recompute_full: bool,
+                        item_flops: Callable[[str, int], float], loss_gather_bytes: float,
+                        grad_sync_bytes: Callable[[int], float], alltoall_bytes: float = 0.0) -> Program:
+    """The program with each forward and backward cut into pieces at its tensor-parallel
+    collectives and its MoE layers' expert-parallel all-to-alls (`tp_stage_plan`).
 
+    `stage_layers(stage)`: for each of the stage's layers, whether its MLP is a mixture of experts.
     `activation_bytes`: one (s, b, h) activation in bytes, what each activation collective moves
-    (nccl-tests' size: the whole buffer). `item_flops(item, stage)`: FLOPs of a work item of
-    `tp_stage_plan` on one rank. `loss_gather_bytes`: the cross-entropy's gather of every rank's
-    per-token statistics. `grad_sync_bytes(stage)`: the replicated parameters' gradients summed
-    over the group before the optimizer step (sequence parallelism only). Ops that used a whole
-    op's result (its send, the next stage on the same rank, data-parallel reductions) wait for its
-    last piece. With tp = 1 there is nothing to add and the program is returned as it is.
+    (nccl-tests' size: the whole buffer). `item_flops(item, stage)`: FLOPs of a work item on one
+    rank. `loss_gather_bytes`: the cross-entropy's gather of every rank's per-token statistics.
+    `grad_sync_bytes(stage)`: the replicated parameters' gradients summed over the group before the
+    optimizer step (sequence parallelism only). `alltoall_bytes`: one rank's send buffer of a
+    dispatch or combine (its routed token rows), spread evenly over the expert-parallel group. Ops
+    that used a whole op's result (its send, the next stage on the same rank, data-parallel
+    reductions) wait for its last piece. With tp = 1 and no expert-parallel MoE layer there is
+    nothing to cut and the program is returned as it is.
     """
-    if layout.tp == 1:
+    cut = {stage: layout.tp > 1 or (layout.ep > 1 and any(stage_layers(stage))) for stage in range(program.num_stages)}
+    if not any(cut.values()):
         return program
     ops: dict[int, list[Op]] = {}
     for rank in program.ranks:
-        d, p, _ = layout.coords(rank)
-        group = layout.tp_group(d, p)
+        d, p, t = layout.coords(rank)
+        groups = {"tp": (layout.tp_group(d, p), TP_STREAM, f"tp@d{d}"),
+                  "ep": (layout.ep_group(d, p, t), EP_STREAM, f"ep@p{p}.t{t}.g{d // layout.ep}")}
         renamed: dict[str, str] = {}  # whole op's label -> its last piece's label
         last_backward = {op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == "B"}
         synced: dict[int, str] = {}  # stage -> its gradient sum's label
         out: list[Op] = []
         for op in program.ops[rank]:
             deps = tuple(renamed.get(dep, dep) for dep in op.deps)
-            if not (isinstance(op, Compute) and op.phase in ("F", "B")):
+            if not (isinstance(op, Compute) and op.phase in ("F", "B") and cut[op.stage]):
                 if isinstance(op, Compute) and op.phase == "OPT" and op.stage in synced:
                     deps += (synced[op.stage],)
                 out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
                 continue
-            plan = tp_stage_plan(op.phase, layers_per_stage, op.stage == 0, op.stage == program.num_stages - 1,
-                                 sequence_parallel, recompute_full)
-            for part, (items, kind) in enumerate(plan):
+            plan = tp_stage_plan(op.phase, stage_layers(op.stage), op.stage == 0, op.stage == program.num_stages - 1,
+                                 sequence_parallel, recompute_full, layout.tp, layout.ep)
+            for part, (items, kind, on) in enumerate(plan):
                 piece = Compute(op.phase, op.microbatch, op.stage, sum(item_flops(i, op.stage) for i in items),
                                 op.nbytes if part == 0 else 0.0, op.stream, deps, part)
                 out.append(piece)
                 if kind is not None:
-                    size = loss_gather_bytes if "F.head" in items else activation_bytes
-                    collective = Collective(kind, f"tp@d{d}.{piece.label}", group, size, stream=TP_STREAM,
+                    group, stream, prefix = groups[on]
+                    size = (alltoall_bytes if on == "ep" else loss_gather_bytes if "F.head" in items
+                            else activation_bytes)
+                    collective = Collective(kind, f"{prefix}.{piece.label}", group, size, stream=stream,
                                             deps=(piece.label,))
                     out.append(collective)
                     deps = (collective.label,)
             renamed[op.label] = piece.label
-            if sequence_parallel and last_backward[op.stage] == op.label:  # right away: the stream is in order
-                sync = Collective("all_reduce", f"tp@d{d}.grads@{op.stage}", group, grad_sync_bytes(op.stage),
-                                  stream=TP_STREAM, deps=(piece.label,))
+            if sequence_parallel and layout.tp > 1 and last_backward[op.stage] == op.label:  # the stream is in order
+                sync = Collective("all_reduce", f"tp@d{d}.grads@{op.stage}", groups["tp"][0],
+                                  grad_sync_bytes(op.stage), stream=TP_STREAM, deps=(piece.label,))
                 out.append(sync)
                 synced[op.stage] = sync.label
         ops[rank] = out

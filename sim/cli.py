@@ -15,22 +15,13 @@ from sim.scenario import ScenarioError, scenario_json_schema
 from sim.scenario_loader import load_scenario
 
 
-def _supported(scenario, path: str):
-    """The scenario, unless it asks for what the simulator cannot run yet (a one-line error)."""
-    from sim.run import MOE_NOT_YET
-
-    if scenario.model_spec.moe is not None:
-        raise ScenarioError(path, "model.moe", MOE_NOT_YET)
-    return scenario
-
-
 def _run(args: argparse.Namespace) -> int:
     from sim.memory import capacity_message
     from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from sim.progress import op_progress
     from sim.run import make_program, simulate
 
-    scenario = _supported(load_scenario(args.scenario), args.scenario)
+    scenario = load_scenario(args.scenario)
     program = make_program(scenario)
     with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:
         result = simulate(scenario, on_progress, program)
@@ -54,7 +45,7 @@ def _compare(args: argparse.Namespace) -> int:
     if len(args.scenarios) < 2:
         raise ScenarioError("(command line)", "SCENARIO",
                             f"compare needs at least two scenarios, got {len(args.scenarios)}")
-    scenarios = [_supported(load_scenario(path), path) for path in args.scenarios]  # all checked before any run
+    scenarios = [load_scenario(path) for path in args.scenarios]  # every file checked before any run
     programs = [make_program(scenario) for scenario in scenarios]
     results = []
     for scenario, program in zip(scenarios, programs):

@@ -31,10 +31,6 @@ from sim.scenario import Scenario
 from sim.shortcut import Shortcuts
 from topologies.registry import TOPOLOGIES
 
-MOE_NOT_YET = ("expert layers are described (presets, validation, cost functions) but not simulated yet: "
-               "no all-to-all, expert placement or routed numerics (issue 5)")
-
-
 def build_topology(scenario: Scenario) -> nx.DiGraph:
     """The scenario's network graph: the registry's builder, given the keys its kind takes
     (sim.scenario.TOPOLOGY_KEYS) and the cluster's sizes."""
@@ -68,7 +64,18 @@ class RunResult:
 
 def layout_of(scenario: Scenario) -> Layout:
     p = scenario.parallel
-    return Layout(p.dp, p.pp, p.tp, tuple(p.order))
+    return Layout(p.dp, p.pp, p.tp, tuple(p.order), p.ep)
+
+
+def stage_layer_range(scenario: Scenario, stage: int) -> range:
+    per_stage = scenario.model_spec.layers // scenario.parallel.num_stages
+    return range(stage * per_stage, (stage + 1) * per_stage)
+
+
+def stage_moe_layers(scenario: Scenario, stage: int) -> list[bool]:
+    """For each layer of the stage, whether its MLP is a mixture of experts."""
+    moe = scenario.model_spec.moe
+    return [moe is not None and moe.is_moe_layer(i) for i in stage_layer_range(scenario, stage)]
 
 
 def pipelines_of(layout: Layout) -> list[tuple[int, ...]]:
@@ -88,9 +95,11 @@ def stage_params(scenario: Scenario, stage: int) -> float:
     """Parameters of one stage on one rank. There are pp x v stages of layers / (pp x v) layers
     each; stage 0 also holds the embeddings and the last stage (pp x v - 1, on rank pp - 1) the
     final layernorm and LM head; tensor parallelism splits all of it t ways (Megatron shards the
-    vocabulary too; the few replicated layernorm and bias parameters are counted split as well)."""
+    vocabulary too; the few replicated layernorm and bias parameters are counted split as well). An
+    MoE layer's rank holds its E/ep experts, split t ways as the dense MLP is."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    params = m.layers // num_stages * cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
+    params = sum(cost.model_layer_params(m, i) for i in stage_layer_range(scenario, stage))
+    params -= expert_params_elsewhere(scenario, stage)
     if stage == 0:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
     if stage == num_stages - 1:
@@ -103,7 +112,7 @@ def stage_forward_flops(scenario: Scenario, stage: int) -> float:
     head; tensor parallelism splits the matmuls t ways)."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     b = scenario.training.micro_batch
-    forward = m.layers // num_stages * cost.layer_forward_flops(b, m.seq_len, m.hidden, m.ffn, m.gated_mlp)
+    forward = sum(cost.model_layer_forward_flops(m, b, i) for i in stage_layer_range(scenario, stage))
     if stage == num_stages - 1:
         forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
     return forward / scenario.parallel.tp
@@ -118,10 +127,42 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     forward = {"embed": 0.0, "attn": cost.attention_forward_flops(b, s, h) / tp,
                "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
                "head": cost.head_forward_flops(b, s, h, m.vocab) / tp}
+    if m.moe is not None:  # the router runs whole on every rank; balanced experts: k rows per token
+        forward["router"] = 2.0 * b * s * h * m.moe.num_experts
+        forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - forward["router"]) / tp
     selective = cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
     flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
     flops["B.attn"] += selective
     return lambda item, stage: flops[item]
+
+
+def expert_params_elsewhere(scenario: Scenario, stage: int) -> float:
+    """Parameters of the routed experts a rank does not hold: (E - E/ep) of each MoE layer's."""
+    m, ep = scenario.model_spec, scenario.parallel.ep
+    if m.moe is None:
+        return 0.0
+    per_expert = cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
+    return sum(stage_moe_layers(scenario, stage)) * (m.moe.num_experts - m.moe.num_experts // ep) * per_expert
+
+
+def expert_bytes(scenario: Scenario, stage: int) -> float:
+    """Bytes of the 16-bit routed-expert weights a rank holds for a stage (their gradients are
+    reduced among the ranks holding the same experts, not the whole data-parallel group)."""
+    m, ep, tp = scenario.model_spec, scenario.parallel.ep, scenario.parallel.tp
+    if m.moe is None:
+        return 0.0
+    held = m.moe.num_experts // ep * cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
+    return sum(stage_moe_layers(scenario, stage)) * held / tp * 2.0
+
+
+def alltoall_bytes(scenario: Scenario) -> float:
+    """One rank's dispatch (or combine) send buffer: its routed token rows x h x dtype bytes
+    (with a capacity factor, every expert's buffer full), spread evenly over the group."""
+    m = scenario.model_spec
+    if m.moe is None:
+        return 0.0
+    rows = cost.moe_routed_rows(scenario.training.micro_batch, m.seq_len, m.moe)
+    return rows * m.hidden * scenario.dtype_bytes / scenario.parallel.tp
 
 
 def replicated_params(scenario: Scenario, stage: int) -> float:
@@ -140,26 +181,26 @@ def make_program(scenario: Scenario) -> Program:
     """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
     shard), then the tensor-parallel and the data-parallel / ZeRO collectives."""
     p, m = scenario.parallel, scenario.model_spec
-    if m.moe is not None:
-        raise ValueError(MOE_NOT_YET)
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
                                                scenario.dtype_bytes)
     act_bytes = layer_act / p.tp if p.sequence_parallel else layer_act  # sequence parallel: each rank's shard
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     t = scenario.training
-    redo = m.layers // p.num_stages * cost.recompute_flops(t.micro_batch, m.seq_len, m.hidden, m.ffn, m.gated_mlp,
-                                                            t.recompute) / p.tp
+    redo = [sum(cost.model_layer_recompute_flops(m, t.micro_batch, i, t.recompute)
+                for i in stage_layer_range(scenario, stage)) / p.tp for stage in range(p.num_stages)]
     pipeline = build_program(order, scenario.num_microbatches, stage_ranks(p.pp, p.virtual), act_bytes,
-                             forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s] + redo,
+                             forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s] + redo[s],
                              optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM)
     layout = layout_of(scenario)
     replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)]
-    program = add_tensor_parallel(Program.merge(replicas), layout, m.layers // p.num_stages, layer_act,
+    program = add_tensor_parallel(Program.merge(replicas), layout, lambda s: stage_moe_layers(scenario, s), layer_act,
                                   p.sequence_parallel, t.recompute == "full", tensor_parallel_item_flops(scenario),
                                   loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
-                                  grad_sync_bytes=lambda s: replicated_params(scenario, s) * 2.0)
-    program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket)
+                                  grad_sync_bytes=lambda s: replicated_params(scenario, s) * 2.0,
+                                  alltoall_bytes=alltoall_bytes(scenario))
+    program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket,
+                                lambda s: expert_bytes(scenario, s))
     validate(program)
     return program
 

@@ -517,6 +517,12 @@ class Scenario(_Section):
                 "data-parallel group"))
         if m.moe.expert_ffn % p.tp:
             raise _FieldError("parallel.tp", f"{p.tp} does not divide model.moe.expert_ffn ({m.moe.expert_ffn})")
+        if p.ep > 1 and p.zero == 3:
+            raise _FieldError("parallel.zero", "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
+                              "expert weights among the ranks holding them); use zero 0, 1 or 2")
+        if self.numerics.enabled:
+            raise _FieldError("numerics.enabled", "the shadow model has no experts yet (MoE layers are timed, "
+                              "with evenly routed tokens): set numerics.enabled: false")
 
     @property
     def num_gpus(self) -> int:

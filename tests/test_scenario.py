@@ -37,6 +37,9 @@ BASE = {
 DELETE = object()
 
 
+NO_NUMERICS = ("numerics.enabled", False)  # the shadow model has no experts yet: MoE scenarios need it off
+
+
 def variant(*changes) -> str:
     """BASE as YAML text with (dotted path, value) changes applied; value DELETE removes the key."""
     data = copy.deepcopy(BASE)
@@ -100,7 +103,7 @@ def test_defaults_fill_optional_sections():
 
 @pytest.mark.parametrize("preset", sorted(MODELS))
 def test_every_preset_is_a_valid_model(preset):
-    s = load_scenario_text(variant(("model", {"preset": preset}), ("parallel", {}),
+    s = load_scenario_text(variant(NO_NUMERICS, ("model", {"preset": preset}), ("parallel", {}),
                                    ("cluster.gpus_per_node", 1)))
     assert s.model_spec == MODELS[preset]
 
@@ -126,7 +129,7 @@ def test_without_preset_ffn_defaults_to_4h():
 
 
 def test_moe_preset_keys_are_overridden_one_by_one():
-    s = load_scenario_text(variant(("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 1, "capacity_factor": 1.25}}),
+    s = load_scenario_text(variant(NO_NUMERICS, ("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 1, "capacity_factor": 1.25}}),
                                    ("parallel", {}), ("cluster.gpus_per_node", 1)))
     assert s.model_spec.moe == MoESpec(num_experts=8, top_k=1, expert_ffn=14336, capacity_factor=1.25)
     assert s.model_spec.hidden == 4096 and s.parallel.ep == 1
@@ -139,7 +142,7 @@ def test_moe_null_makes_a_moe_preset_dense():
 
 
 def test_moe_on_a_dense_preset_takes_expert_ffn_from_ffn_and_defaults():
-    s = load_scenario_text(variant(("model.moe", {"experts": 8, "top_k": 2})))
+    s = load_scenario_text(variant(NO_NUMERICS, ("model.moe", {"experts": 8, "top_k": 2})))
     assert s.model_spec.moe == MoESpec(num_experts=8, top_k=2, expert_ffn=4096, capacity_factor=None, every=1,
                                        first_dense=0, shared_experts=0)
     assert s.model_spec.ffn == 4096 and s.model.moe.num_experts == 8
@@ -150,7 +153,7 @@ def test_moe_without_preset_and_its_yaml_keys_in_the_resolved_scenario():
     model = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1000, "gated_mlp": True,
              "moe": {"experts": 16, "top_k": 4, "every": 2, "expert_ffn": 128, "shared_experts": 2,
                      "capacity_factor": 1}}
-    s = load_scenario_text(variant(("model", model)))
+    s = load_scenario_text(variant(NO_NUMERICS, ("model", model)))
     assert s.model_spec.ffn == 1024  # 4 x hidden: the dense layers 0 and 2
     assert s.model_spec.moe.capacity_factor == 1.0 and s.model_spec.moe.moe_layers(4) == (1, 3)
     resolved = json.loads(json.dumps(s.resolved()))
@@ -159,10 +162,10 @@ def test_moe_without_preset_and_its_yaml_keys_in_the_resolved_scenario():
 
 def test_expert_parallel_is_carved_out_of_data_parallel():
     """ep divides dp and the experts; the world size stays pp x tp x dp."""
-    s = load_scenario_text(variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
+    s = load_scenario_text(variant(NO_NUMERICS, ("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
                                    ("parallel.dp", 4), ("parallel.ep", 4)))
     assert (s.parallel.dp, s.parallel.ep, s.parallel.world_size) == (4, 4, 4)
-    s = load_scenario_text(variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
+    s = load_scenario_text(variant(NO_NUMERICS, ("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
                                    ("parallel.tp", 2), ("parallel.dp", 2), ("parallel.ep", 2)))
     assert (s.parallel.tp, s.parallel.ep) == (2, 2)
 
