@@ -12,7 +12,7 @@ from schedules.grid import compute_grid, compute_order_json
 from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
 from schedules.validate import ProgramError
 from sim.scenario import ScenarioError, scenario_json_schema
-from sim.scenario_loader import load_scenario
+from sim.scenario_loader import load_scenario, load_scenarios
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -42,10 +42,10 @@ def _compare(args: argparse.Namespace) -> int:
     from sim.progress import op_progress
     from sim.run import make_program, simulate
 
-    if len(args.scenarios) < 2:
-        raise ScenarioError("(command line)", "SCENARIO",
-                            f"compare needs at least two scenarios, got {len(args.scenarios)}")
-    scenarios = [load_scenario(path) for path in args.scenarios]  # every file checked before any run
+    scenarios = [s for path in args.scenarios for s in load_scenarios(path)]  # every file checked before any run
+    if len(scenarios) < 2:
+        raise ScenarioError("(command line)", "SCENARIO", f"compare needs at least two scenarios (files, or a file's "
+                            f"variants), got {len(scenarios)}")
     programs = [make_program(scenario) for scenario in scenarios]
     results = []
     for scenario, program in zip(scenarios, programs):
@@ -169,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
                      help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's")
     run.set_defaults(func=_run)
     comp = sub.add_parser("compare", help="run several scenarios and compare where their step time goes")
-    comp.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="two or more scenario YAML files")
+    comp.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="two or more scenario YAML files, or files with variants")
     comp.add_argument("-o", "--output", help="output folder (default: runs/compare-<name1>-vs-<name2>...)")
     comp.set_defaults(func=_compare)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")

@@ -44,18 +44,70 @@ _StrictLoader.add_implicit_resolver(
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file. Any problem is a one-line ScenarioError."""
+    return load_scenario_text(_read(path), str(path))
+
+
+def load_scenarios(path: str | Path) -> list[Scenario]:
+    """A scenario file's variants (see `load_variants_text`), or the one scenario it holds."""
+    return load_variants_text(_read(path), str(path))
+
+
+def _read(path: str | Path) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(path, "-", "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise ScenarioError(path, "-", f"cannot read: {reason}") from None
-    return load_scenario_text(text, str(path))
 
 
 def load_scenario_text(text: str, filename: str = "<string>") -> Scenario:
     """Validate scenario YAML given as text; `filename` is only used in error messages."""
+    data = _parse(text, filename)
+    if "variants" in data:
+        raise ScenarioError(filename, "variants", "this file defines variants of a scenario: run them with "
+                            "`clustersim compare`")
+    return _validate(data, filename)
+
+
+def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
+    """The scenarios of a file with `variants:`, a list of {name, and dotted-path overrides}:
+
+        variants:
+          - {name: torus, cluster.topology: {kind: torus, axes: [4, 4, 4]}}
+          - {name: fattree, cluster.topology: {kind: fattree}}
+
+    Each variant is the file without `variants`, each override replacing the value at its path,
+    named "<name>-<variant name>". A file without variants gives its one scenario."""
+    data = _parse(text, filename)
+    variants = data.pop("variants", None)
+    if variants is None:
+        return [_validate(data, filename)]
+    if not isinstance(variants, list) or len(variants) < 1:
+        raise ScenarioError(filename, "variants", f"expected a list of variants, got {show_value(variants)}")
+    scenarios = []
+    for i, variant in enumerate(variants):
+        where = f"variants[{i}]"
+        if not isinstance(variant, dict) or not isinstance(variant.get("name"), str):
+            raise ScenarioError(filename, where, "each variant is a mapping with a name and dotted-path overrides")
+        copy = yaml.load(yaml.safe_dump(data), Loader=_StrictLoader)  # noqa: S506 (a deep copy)
+        for dotted, value in variant.items():
+            if dotted == "name":
+                continue
+            *parents, leaf = str(dotted).split(".")
+            node = copy
+            for key in parents:
+                if not isinstance(node.get(key, {}), dict):
+                    raise ScenarioError(filename, f"{where}.{dotted}", f"'{key}' is not a section")
+                node = node.setdefault(key, {})
+            node[leaf] = value
+        copy["name"] = f"{data.get('name', 'scenario')}-{variant['name']}"
+        scenarios.append(_validate(copy, f"{filename} ({where}: {variant['name']})"))
+    return scenarios
+
+
+def _parse(text: str, filename: str) -> dict:
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
@@ -65,6 +117,10 @@ def load_scenario_text(text: str, filename: str = "<string>") -> Scenario:
         sections = ", ".join(_keys(Scenario))
         reason = f"top level must be a mapping with keys {sections}; got {got}"
         raise ScenarioError(filename, "-", reason)
+    return data
+
+
+def _validate(data: dict, filename: str) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

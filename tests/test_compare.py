@@ -160,7 +160,7 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
 @pytest.mark.parametrize("argv,field", [
     (["good.yaml", "bad.yaml"], "bad.yaml: parallel.pp: "),
     (["good.yaml", "missing.yaml"], "missing.yaml: -: no such file"),
-    (["good.yaml"], "(command line): SCENARIO: compare needs at least two scenarios, got 1"),
+    (["good.yaml"], "(command line): SCENARIO: compare needs at least two scenarios (files, or a file's variants), got 1"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, field):
     (tmp_path / "good.yaml").write_text(SWITCH)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sim.hardware import GPUS
 from sim.presets import MODELS, MoESpec
 from sim.scenario import Scenario, ScenarioError, scenario_json_schema
-from sim.scenario_loader import load_scenario, load_scenario_text
+from sim.scenario_loader import load_scenario, load_scenario_text, load_variants_text
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
@@ -441,3 +441,22 @@ def test_any_text_is_a_scenario_or_a_one_line_error(text):
     with pytest.raises(ScenarioError) as info:
         load_scenario_text(text, "fuzz.yaml")
     assert "\n" not in str(info.value)
+
+
+def test_variants_override_dotted_paths_and_are_named_after_the_file():
+    ring_topology = {"kind": "ring", "link_bandwidth": "100GB/s", "link_latency": "1us"}
+    text = variant(("variants", [{"name": "ring", "cluster.topology": ring_topology},
+                                 {"name": "fast", "cluster.topology.link_bandwidth": "900GB/s"}]))
+    ring, fast = load_variants_text(text)
+    assert (ring.name, fast.name) == ("base-ring", "base-fast")
+    assert ring.cluster.topology.kind == "ring" and ring.cluster.topology.link_bandwidth_Bps == 100e9
+    assert fast.cluster.topology.link_bandwidth_Bps == 900e9
+    assert fast.cluster.topology.kind == load_scenario_text(variant()).cluster.topology.kind
+
+
+def test_a_bad_variant_names_the_variant_and_the_field():
+    text = variant(("variants", [{"name": "bad", "parallel.pp": 0}]))
+    with pytest.raises(ScenarioError, match=r"^<string> \(variants\[0\]: bad\): parallel\.pp: must be > 0"):
+        load_variants_text(text)
+    with pytest.raises(ScenarioError, match=r"^<string>: variants: .*clustersim compare"):
+        load_scenario_text(text)
