@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sim.hardware import GPUS
 from sim.presets import MODELS, MoESpec
 from sim.scenario import Scenario, ScenarioError, scenario_json_schema
-from sim.scenario_loader import load_scenario, load_scenario_text, load_variants_text
+from sim.scenario_loader import load_scenario, load_scenario_text, load_scenarios, load_variants_text
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
@@ -86,9 +86,9 @@ def test_quickstart_loads_with_derived_values():
 
 
 def test_every_bundled_scenario_loads_and_opens_with_a_question():
-    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+    for path in sorted((REPO / "scenarios").glob("**/*.yaml")):
         assert path.read_text().startswith("#"), f"{path.name} must open with a comment"
-        load_scenario(path)
+        assert load_scenarios(path)
 
 
 def test_defaults_fill_optional_sections():
