@@ -25,7 +25,7 @@ from schedules.layout import Layout
 
 TP_STREAM = "tp"
 EP_STREAM = "ep"
-Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the collective ending it, its group "tp"|"ep")
+Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the collective ending it, its group)
 
 
 def tp_stage_plan(phase: str, layers: int | list[bool], first: bool, last: bool, sequence_parallel: bool,
@@ -45,9 +45,9 @@ def tp_stage_plan(phase: str, layers: int | list[bool], first: bool, last: bool,
     layer [all-gather, attention -> reduce-scatter, all-gather, MLP -> reduce-scatter] +
     [all-gather, head -> all-gather]; backward [head -> reduce-scatter] + per layer [all-gather,
     MLP -> reduce-scatter, all-gather, attention -> reduce-scatter] + [all-gather, embedding]. An
-    MoE MLP is router -> all-to-all (dispatch) -> experts -> all-to-all (combine) in the forward and
-    all-to-all -> experts -> all-to-all -> router in the backward, inside the same tensor-parallel
-    collectives. Full recompute runs the forward's pieces again first (its last piece merging
+    MoE MLP is router -> all-to-all (counts, group "ep_counts") -> all-to-all (dispatch) -> experts
+    -> all-to-all (combine) in the forward and all-to-all -> experts -> all-to-all -> router in the
+    backward (groups "ep"), inside the same tensor-parallel collectives. Full recompute runs the forward's pieces again first (its last piece merging
     into the backward's first).
     """
     moe = [False] * layers if isinstance(layers, int) else list(layers)
@@ -77,11 +77,15 @@ def _around(phase: str, body: list, sp: bool, tp: int) -> list:
 
 
 def _mlp(phase: str, moe: bool, ep: int) -> list:
+    """A dense MLP, or an MoE one: the forward routes, tells every rank how many rows per expert
+    are coming (a small all-to-all of counts), dispatches, runs the local experts and combines; the
+    backward sends the output gradients back along the same routes (counts known) and returns."""
     if not moe:
         return [f"{phase}.mlp"]
     exchange = [("all_to_all", "ep")] if ep > 1 else []
     if phase == "F":
-        return [f"{phase}.router", *exchange, f"{phase}.experts", *exchange]
+        counts = [("all_to_all", "ep_counts")] if ep > 1 else []
+        return [f"{phase}.router", *counts, *exchange, f"{phase}.experts", *exchange]
     return [*exchange, f"{phase}.experts", *exchange, f"{phase}.router"]
 
 
@@ -119,7 +123,8 @@ def tp_collective_kinds(phase: str, num_layers: int, first: bool, last: bool, se
 def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable[[int], list[bool]],
                         activation_bytes: float, sequence_parallel: bool, recompute_full: bool,
                         item_flops: Callable[[str, int], float], loss_gather_bytes: float,
-                        grad_sync_bytes: Callable[[int], float], alltoall_bytes: float = 0.0) -> Program:
+                        grad_sync_bytes: Callable[[int], float], alltoall_bytes: float = 0.0,
+                        counts_bytes: float = 0.0) -> Program:
     """The program with each forward and backward cut into pieces at its tensor-parallel
     collectives and its MoE layers' expert-parallel all-to-alls (`tp_stage_plan`).
 
@@ -129,7 +134,8 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
     rank. `loss_gather_bytes`: the cross-entropy's gather of every rank's per-token statistics.
     `grad_sync_bytes(stage)`: the replicated parameters' gradients summed over the group before the
     optimizer step (sequence parallelism only). `alltoall_bytes`: one rank's send buffer of a
-    dispatch or combine (its routed token rows), spread evenly over the expert-parallel group. Ops
+    dispatch or combine (its routed token rows), spread evenly over the expert-parallel group;
+    `counts_bytes`: one rank's send buffer of the counts exchanged before each dispatch. Ops
     that used a whole op's result (its send, the next stage on the same rank, data-parallel
     reductions) wait for its last piece. With tp = 1 and no expert-parallel MoE layer there is
     nothing to cut and the program is returned as it is.
@@ -140,8 +146,8 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
     ops: dict[int, list[Op]] = {}
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
-        groups = {"tp": (layout.tp_group(d, p), TP_STREAM, f"tp@d{d}"),
-                  "ep": (layout.ep_group(d, p, t), EP_STREAM, f"ep@p{p}.t{t}.g{d // layout.ep}")}
+        ep_group = (layout.ep_group(d, p, t), EP_STREAM, f"ep@p{p}.t{t}.g{d // layout.ep}")
+        groups = {"tp": (layout.tp_group(d, p), TP_STREAM, f"tp@d{d}"), "ep": ep_group, "ep_counts": ep_group}
         renamed: dict[str, str] = {}  # whole op's label -> its last piece's label
         last_backward = {op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == "B"}
         synced: dict[int, str] = {}  # stage -> its gradient sum's label
@@ -161,8 +167,8 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
                 out.append(piece)
                 if kind is not None:
                     group, stream, prefix = groups[on]
-                    size = (alltoall_bytes if on == "ep" else loss_gather_bytes if "F.head" in items
-                            else activation_bytes)
+                    size = (alltoall_bytes if on == "ep" else counts_bytes if on == "ep_counts"
+                            else loss_gather_bytes if "F.head" in items else activation_bytes)
                     collective = Collective(kind, f"{prefix}.{piece.label}", group, size, stream=stream,
                                             deps=(piece.label,))
                     out.append(collective)

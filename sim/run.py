@@ -198,7 +198,8 @@ def make_program(scenario: Scenario) -> Program:
                                   p.sequence_parallel, t.recompute == "full", tensor_parallel_item_flops(scenario),
                                   loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
                                   grad_sync_bytes=lambda s: replicated_params(scenario, s) * 2.0,
-                                  alltoall_bytes=alltoall_bytes(scenario))
+                                  alltoall_bytes=alltoall_bytes(scenario),
+                                  counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0)
     program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket,
                                 lambda s: expert_bytes(scenario, s))
     validate(program)

@@ -29,18 +29,20 @@ def run(dp: int, ep: int, every: int = 1, m: int = 2, exact: bool = False):
 
 
 @pytest.mark.parametrize("ep,every", [(2, 1), (4, 1), (4, 2)])
-def test_each_moe_layer_sends_four_all_to_alls_each_microbatch(ep, every):
-    m, moe_layers = 2, 4 // every
+def test_each_moe_layer_sends_four_all_to_alls_of_tokens_and_one_of_counts_each_microbatch(ep, every):
+    """Dispatch and combine each way move the routed rows; before the dispatch every rank tells the
+    others how many rows per expert are coming: one int64 per expert."""
+    m, moe_layers, experts = 2, 4 // every, 8
     summary = run(dp=4, ep=ep, every=every, m=m).summary
     for rank in range(4):
         sent = summary["comm_bytes_sent_per_rank"][str(rank)]["ep"]
-        assert sent == pytest.approx(m * moe_layers * 4 * (ep - 1) / ep * ROUTED, rel=1e-9)
+        assert sent == pytest.approx(m * moe_layers * (ep - 1) / ep * (4 * ROUTED + experts * 8), rel=1e-9)
 
 
 def test_an_evenly_routed_all_to_all_takes_what_the_collective_benchmark_says():
     """Acceptance: with a uniform router the simulated all-to-all equals the benchmark's within 2%."""
     result = run(dp=4, ep=4, m=1, exact=True)
-    spans = [s for s in result.log.spans if s.phase == "ALL_TO_ALL" and s.rank == 0]
+    spans = [s for s in result.log.spans if s.phase == "ALL_TO_ALL" and s.rank == 0 and s.nbytes == ROUTED]
     alone, _ = time_collective(result.graph, "all_to_all", "auto", [0, 1, 2, 3], ROUTED)
     assert spans and all(s.duration_s == pytest.approx(alone, rel=0.02) for s in spans)
 
