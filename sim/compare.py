@@ -155,15 +155,18 @@ def alltoall_sizes(program: Program) -> dict[SpanKey, tuple[int, float]]:
 
 
 def alltoall_busbw_GBps(log: EventLog, sizes: dict[SpanKey, tuple[int, float]]) -> float | None:
-    """Mean over all-to-all spans of nccl-tests' bus bandwidth, S x (n - 1) / n / t in GB/s (1e9 B/s),
-    S the rank's send bytes, n the group size, t the span (from the rank joining to the end, so
-    waiting for the last member counts); None when there is none of positive length."""
-    busbw = []
+    """nccl-tests' bus bandwidth of the all-to-alls taken together, sum S x (n - 1) / n over sum t in
+    GB/s (1e9 B/s): S a rank's send bytes, n the group size, t the span (from the rank joining to
+    the end, so waiting for the last member counts). Summed, not averaged per span, so a few tiny
+    exchanges (an MoE layer's expert counts) do not swamp the token traffic. None when there is no
+    all-to-all of positive length."""
+    moved = seconds = 0.0
     for span in log.spans:
         if span.phase == "ALL_TO_ALL" and span.duration_s > 0:
             n, sent = sizes[(span.rank, span.stream, span.label)]
-            busbw.append(sent * (n - 1) / n / span.duration_s / 1e9)
-    return float(np.mean(busbw)) if busbw else None
+            moved += sent * (n - 1) / n
+            seconds += span.duration_s
+    return moved / seconds / 1e9 if seconds > 0 else None
 
 
 def compare_row(result: RunResult) -> dict:
@@ -195,7 +198,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         times = (r["step_time_s"], r["compute_s"], *(r["exposed_comm_s"][k] for k in kinds), r["bubble_s"])
         busbw = r["alltoall_busbw_GBps"]
-        cells = [r["name"], *(f"{v * scale:.3f}" for v in times), f"{100 * r['mfu']:.1f}",
+        cells = [r["name"], *(f"{v * scale:.3f}".replace("-0.000", "0.000") for v in times), f"{100 * r['mfu']:.1f}",
                  "-" if busbw is None else f"{busbw:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + faster_line(rows, unit, scale) + "\n"

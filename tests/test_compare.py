@@ -107,6 +107,10 @@ def test_alltoall_busbw_is_nccl_tests_bus_bandwidth():
              (2, "ep", "ALL_TO_ALL b"): (4, 1e9)}
     assert alltoall_busbw_GBps(hand_log(spans, 3), sizes) == pytest.approx(0.75)
     assert alltoall_busbw_GBps(hand_log([], 1), {}) is None
+    # a tiny exchange (8 bytes in 1 ms) adds its bytes and its time, it does not halve the figure
+    spans.append(span(0, "ep", f"{a2a} c", a2a, 5.0, 5.001))
+    sizes[(0, "ep", "ALL_TO_ALL c")] = (4, 8.0)
+    assert alltoall_busbw_GBps(hand_log(spans, 3), sizes) == pytest.approx((3e9 + 1e9 + 8) * 0.75 / 4.001 / 1e9)
 
 
 @pytest.fixture(scope="module")
