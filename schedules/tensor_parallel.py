@@ -112,14 +112,6 @@ def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int
     return tokens
 
 
-def tp_collective_kinds(phase: str, num_layers: int, first: bool, last: bool, sequence_parallel: bool,
-                        recompute_full: bool = False) -> list[str]:
-    """The tensor-parallel collectives inside one dense stage op, in order: what the shadow
-    model's tensor-parallel stage (sim.numerics.tensor_parallel) yields."""
-    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sequence_parallel, recompute_full)
-            if kind is not None]
-
-
 def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable[[int], list[bool]],
                         activation_bytes: float, sequence_parallel: bool, recompute_full: bool,
                         item_flops: Callable[[str, int], float], loss_gather_bytes: float,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from schedules.tensor_parallel import tp_collective_kinds
+from schedules.tensor_parallel import tp_stage_plan
 from sim.collectives.ops import reference
 from sim.numerics.pipeline import max_errors
 from sim.numerics.stages import StageModel, stage_param_names
@@ -12,6 +12,12 @@ from sim.numerics.transformer import ShadowConfig, init_params, param_shapes
 
 CFG = ShadowConfig(layers=2, hidden=16, heads=4, ffn=32, seq_len=8, vocab=24)
 BATCH, MICROBATCHES = 2, 2
+
+
+def tp_collective_kinds(phase, num_layers, first, last, sp, recompute_full=False):
+    """The schedule's tensor-parallel collectives inside one dense stage op, in order: what the
+    shadow stage must yield, one for one."""
+    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sp, recompute_full) if kind]
 
 
 def randomized_params(cfg, seed):
