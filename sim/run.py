@@ -24,6 +24,7 @@ from sim.network import Network
 from sim.memory import (MemoryTimeline, activation_bytes_per_layer, memory_peaks, memory_timeline, model_state_bytes,
                         ranks_over_capacity)
 from sim.numerics.data_parallel import DataParallelNumerics
+from sim.numerics.moe import MoEConfig
 from sim.numerics.pipeline import PipelineNumerics
 from sim.numerics.transformer import ShadowConfig
 from sim.records import EventLog
@@ -220,8 +221,13 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     n, p = scenario.numerics, scenario.parallel
     if not n.enabled:
         return None
+    moe = scenario.model_spec.moe
     cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
-                       seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype)
+                       seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype,
+                       # the real experts, top-k and shared expert; top-k > 1 renormalised (Mixtral, GShard)
+                       moe=MoEConfig(moe.num_experts, moe.top_k, None, moe.top_k > 1, moe.shared_experts == 1)
+                       if moe is not None else None,
+                       moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else ())
     placements = replica_placements(scenario)
     full = scenario.training.recompute == "full"  # selective recompute changes no arithmetic of the shadow
     if p.dp == 1 and p.tp == 1:

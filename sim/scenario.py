@@ -520,9 +520,15 @@ class Scenario(_Section):
         if p.ep > 1 and p.zero == 3:
             raise _FieldError("parallel.zero", "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
                               "expert weights among the ranks holding them); use zero 0, 1 or 2")
-        if self.numerics.enabled:
-            raise _FieldError("numerics.enabled", "the shadow model has no experts yet (MoE layers are timed, "
-                              "with evenly routed tokens): set numerics.enabled: false")
+        if self.numerics.enabled:  # what the shadow model's experts can do so far
+            unsupported = ("parallel.ep > 1 (its tokens would travel by all-to-all)" if p.ep > 1 else
+                           "parallel.tp > 1 (its experts are not split)" if p.tp > 1 else
+                           "model.moe.capacity_factor (its routing groups would have to match)"
+                           if m.moe.capacity_factor is not None else
+                           "more than one shared expert" if m.moe.shared_experts > 1 else None)
+            if unsupported:
+                raise _FieldError("numerics.enabled", f"the shadow model's experts do not support {unsupported} "
+                                  "yet: set numerics.enabled: false (the MoE layers are still timed)")
 
     @property
     def num_gpus(self) -> int:

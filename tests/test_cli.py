@@ -72,8 +72,9 @@ BAD_INPUTS = [
     ("ep_not_dividing_dp", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
      .replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep",
      r"2 does not divide parallel.dp \(1\): expert-parallel groups are carved out of the data-parallel group"),
-    ("moe_numerics_not_yet", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b"),
-     "numerics.enabled", "the shadow model has no experts yet"),
+    ("moe_numerics_with_dropping_not_yet",
+     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2, capacity_factor: 1.25}\n  preset: gpt3-1.3b"),
+     "numerics.enabled", "the shadow model's experts do not support model.moe.capacity_factor"),
 ]
 
 

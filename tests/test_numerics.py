@@ -12,7 +12,8 @@ import pytest
 from sim.numerics.optim import SGD, Adam, make_optimizer
 from sim.numerics.pipeline import PipelineNumerics
 from sim.numerics.stages import StageModel, stage_param_names
-from sim.numerics.transformer import (ShadowConfig, gelu, init_params, loss_and_grads, model_backward,
+from sim.numerics.layers import gelu
+from sim.numerics.transformer import (ShadowConfig, init_params, loss_and_grads, model_backward,
                                       model_forward, param_shapes)
 
 SMALL = ShadowConfig(layers=2, hidden=8, heads=2, ffn=12, seq_len=5, vocab=7)

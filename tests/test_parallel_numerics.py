@@ -46,3 +46,20 @@ def test_weights_after_one_step_match_one_device(tp, pp, dp, sp, zero, schedule,
     summary = run(tp, pp, dp, sp, zero, schedule, recompute)
     assert summary["numerics_max_rel_err"] < 1e-10
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
+
+
+MOE_SCENARIO = SCENARIO.replace("vocab: 32000}}", "vocab: 32000, moe: {{experts: 8, top_k: {top_k}, every: 2, "
+                                "expert_ffn: 2048, shared_experts: {shared}}}}}")
+
+
+@pytest.mark.parametrize("pp,dp,top_k,shared", [(1, 1, 1, 0), (2, 1, 2, 0), (2, 2, 2, 1), (1, 2, 1, 1)])
+def test_moe_layers_match_one_device(pp, dp, top_k, shared):
+    """The shadow model's MoE layers (every second layer, 8 experts, Switch top-1 or Mixtral-style
+    renormalised top-2, with and without a shared expert, no dropping), pipelined and data-parallel
+    without expert parallelism."""
+    text = MOE_SCENARIO.format(gpus=pp * dp, global_batch=2 * pp * dp, recompute="none", tp=1, pp=pp, dp=dp,
+                               virtual=1, zero=1 if dp > 1 else 0, sp="false", schedule="1f1b", top_k=top_k,
+                               shared=shared)
+    summary = simulate(load_scenario_text(text, "moe.yaml")).summary
+    assert summary["numerics_max_rel_err"] < 1e-10
+    assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)

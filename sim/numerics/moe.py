@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.numerics.transformer import INIT_STD, mlp_backward, mlp_forward
+from sim.numerics.layers import INIT_STD, mlp_backward, mlp_forward
 
 MLP_PARAMS = ("fc.w", "fc.b", "proj.w", "proj.b")
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from sim.numerics.stages import StageChecks, stage_layers, stage_param_names
-from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward, gelu,
-                                      gelu_grad, layernorm_backward, layernorm_forward, linear_backward,
-                                      linear_forward)
+from sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
+from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
+                                      layernorm_backward, layernorm_forward)
 
 # parameter kind -> (dim cut into t pieces, blocks cut alike); rank k keeps piece k of each block
 SHARDED = {
@@ -113,6 +113,8 @@ class TensorParallelStage(StageChecks):
                  recompute_full: bool = False):
         """`recompute_full`: keep only each microbatch's input and run the forward (with its
         collectives) again at the start of the backward."""
+        if cfg.moe_layers:
+            raise ValueError("the shadow model's MoE layers are not tensor-parallel yet")
         self.cfg = cfg
         self.stage = stage
         self.num_stages = num_stages

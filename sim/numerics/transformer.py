@@ -20,14 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-INIT_STD = 0.02  # GPT-2 init: weights ~ N(0, 0.02^2); biases 0; layernorm gain 1, bias 0
+from sim.numerics.layers import INIT_STD, linear_backward, linear_forward, mlp_backward, mlp_forward
+from sim.numerics.moe import MoEConfig, moe_backward, moe_forward, moe_param_shapes
+
 LN_EPS = 1e-5
-GELU_C = math.sqrt(2.0 / math.pi)
 
 
 @dataclass(frozen=True)
 class ShadowConfig:
-    """Sizes of the shadow model; `dtype` is "float64" or "float32"."""
+    """Sizes of the shadow model; `dtype` is "float64" or "float32". `moe_layers` are the blocks
+    whose MLP is the mixture of experts `moe` (experts of width `ffn`, sim.numerics.moe)."""
 
     layers: int
     hidden: int
@@ -36,6 +38,8 @@ class ShadowConfig:
     seq_len: int
     vocab: int
     dtype: str = "float64"
+    moe: MoEConfig | None = None
+    moe_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for knob in ("layers", "hidden", "heads", "ffn", "seq_len", "vocab"):
@@ -45,19 +49,22 @@ class ShadowConfig:
             raise ValueError(f"ShadowConfig: heads ({self.heads}) must divide hidden ({self.hidden})")
         if self.dtype not in ("float64", "float32"):
             raise ValueError(f"ShadowConfig.dtype = {self.dtype!r}: expected 'float64' or 'float32'")
+        if self.moe_layers and self.moe is None:
+            raise ValueError("ShadowConfig: moe_layers given without an moe configuration")
 
 
 def layer_param_shapes(cfg: ShadowConfig, i: int) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape for transformer block `i`, in init order."""
     h, f, n = cfg.hidden, cfg.ffn, f"layer{i}"
-    return {
+    shapes = {
         f"{n}.ln1.g": (h,), f"{n}.ln1.b": (h,),
         f"{n}.attn.qkv.w": (h, 3 * h), f"{n}.attn.qkv.b": (3 * h,),
         f"{n}.attn.proj.w": (h, h), f"{n}.attn.proj.b": (h,),
         f"{n}.ln2.g": (h,), f"{n}.ln2.b": (h,),
-        f"{n}.mlp.fc.w": (h, f), f"{n}.mlp.fc.b": (f,),
-        f"{n}.mlp.proj.w": (f, h), f"{n}.mlp.proj.b": (h,),
     }
+    if i in cfg.moe_layers:
+        return shapes | moe_param_shapes(f"{n}.moe", h, f, cfg.moe.num_experts, cfg.moe.shared)
+    return shapes | {f"{n}.mlp.fc.w": (h, f), f"{n}.mlp.fc.b": (f,), f"{n}.mlp.proj.w": (f, h), f"{n}.mlp.proj.b": (h,)}
 
 
 def param_shapes(cfg: ShadowConfig) -> dict[str, tuple[int, ...]]:
@@ -102,19 +109,6 @@ def embed_backward(dout, cache):
     dpos = np.zeros(pos_shape, dtype=dout.dtype)  # (seq_len, h)
     dpos[: tokens.shape[1]] = dout.sum(axis=0)
     return None, {"embed.tok": dtok, "embed.pos": dpos}
-
-
-def linear_forward(p, name, x):
-    """y = x W + b; x (..., i), W (i, o) -> y (..., o)."""
-    return x @ p[f"{name}.w"] + p[f"{name}.b"], (name, x, p[f"{name}.w"])
-
-
-def linear_backward(dout, cache):
-    """dx = dy W^T, dW = x^T dy (summed over all leading dims), db = sum dy."""
-    name, x, w = cache
-    x2 = x.reshape(-1, x.shape[-1])  # (b*s, i)
-    dy2 = dout.reshape(-1, dout.shape[-1])  # (b*s, o)
-    return dout @ w.T, {f"{name}.w": x2.T @ dy2, f"{name}.b": dy2.sum(axis=0)}
 
 
 def layernorm_forward(p, name, x):
@@ -175,45 +169,24 @@ def attention_core_backward(dy, cache):
     return np.concatenate([t.transpose(0, 2, 1, 3).reshape(b, s, nh * d) for t in (dq, dk, dv)], axis=-1)
 
 
-def gelu(x):
-    """GeLU, tanh approximation: 0.5 x (1 + tanh(c (x + 0.044715 x^3))), c = sqrt(2/pi)."""
-    return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x**3)))
-
-
-def gelu_grad(x):
-    """d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 * 0.044715 x^2), t = tanh(c (x + 0.044715 x^3))."""
-    t = np.tanh(GELU_C * (x + 0.044715 * x**3))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * x * x)
-
-
-def mlp_forward(p, name, x):
-    """y = gelu(x W_fc + b_fc) W_proj + b_proj."""
-    u, c_fc = linear_forward(p, f"{name}.fc", x)  # (b, s, ffn)
-    out, c_proj = linear_forward(p, f"{name}.proj", gelu(u))  # (b, s, h)
-    return out, (c_fc, u, c_proj)
-
-
-def mlp_backward(dout, cache):
-    c_fc, u, c_proj = cache
-    da, grads = linear_backward(dout, c_proj)  # (b, s, ffn)
-    dx, g_fc = linear_backward(da * gelu_grad(u), c_fc)  # (b, s, h)
-    return dx, grads | g_fc
-
-
-def block_forward(p, name, x, heads):
-    """Pre-LN block: x' = x + Attn(LN1(x)); y = x' + MLP(LN2(x'))."""
+def block_forward(p, name, x, heads, moe: MoEConfig | None = None):
+    """Pre-LN block: x' = x + Attn(LN1(x)); y = x' + MLP(LN2(x')), the MLP a mixture of experts
+    when `moe` is given (its tokens routed as one group: this microbatch's)."""
     a, c_ln1 = layernorm_forward(p, f"{name}.ln1", x)  # (b, s, h)
     a, c_attn = attention_forward(p, f"{name}.attn", a, heads)  # (b, s, h)
     x = x + a  # (b, s, h)
     m, c_ln2 = layernorm_forward(p, f"{name}.ln2", x)  # (b, s, h)
-    m, c_mlp = mlp_forward(p, f"{name}.mlp", m)  # (b, s, h)
-    return x + m, (c_ln1, c_attn, c_ln2, c_mlp)
+    if moe is None:
+        m, c_mlp = mlp_forward(p, f"{name}.mlp", m)  # (b, s, h)
+        return x + m, (c_ln1, c_attn, c_ln2, mlp_backward, c_mlp)
+    m, c_mlp = moe_forward(p, f"{name}.moe", m, moe)  # (b, s, h)
+    return x + m, (c_ln1, c_attn, c_ln2, moe_backward, c_mlp)
 
 
 def block_backward(dout, cache):
     """Residuals pass the gradient through unchanged and add the branch's input gradient."""
-    c_ln1, c_attn, c_ln2, c_mlp = cache
-    dm, g_mlp = mlp_backward(dout, c_mlp)  # (b, s, h)
+    c_ln1, c_attn, c_ln2, mlp_backward_of, c_mlp = cache
+    dm, g_mlp = mlp_backward_of(dout, c_mlp)  # (b, s, h)
     dm, g_ln2 = layernorm_backward(dm, c_ln2)
     dmid = dout + dm  # (b, s, h)
     da, g_attn = attention_backward(dmid, c_attn)
@@ -262,7 +235,7 @@ def model_forward(p, cfg: ShadowConfig, inp, layers, *, embed: bool, targets=Non
         x, cache = embed_forward(p, x)  # (b, s, h)
         tape.append((embed_backward, cache))
     for i in layers:
-        x, cache = block_forward(p, f"layer{i}", x, cfg.heads)  # (b, s, h)
+        x, cache = block_forward(p, f"layer{i}", x, cfg.heads, cfg.moe if i in cfg.moe_layers else None)
         tape.append((block_backward, cache))
     if targets is not None:
         logits, cache = head_forward(p, x)  # (b, s, V)
