@@ -23,6 +23,7 @@ before its first piece.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -59,7 +60,7 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
         group = layout.dp_group(p, t)
-        sets = _gradient_sets(layout, d, p, t, weight_bytes, expert_bytes)
+        sets = functools.partial(_gradient_sets, layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
         last_backward = {op.stage: op.label for op in computes if op.phase == "B"}
         # a stage's gradients are whole once its last backward and whatever else its optimizer
@@ -98,16 +99,15 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
     return Program(ops, program.num_stages, program.num_microbatches, program.stage_to_rank, program.replicas)
 
 
-def _gradient_sets(layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes):
-    """stage -> [(tag prefix, group, bytes)]: the dense gradients over the data-parallel group and,
-    with expert parallelism, the experts' over the ranks holding the same experts (if several)."""
-    def sets(stage: int) -> list[tuple[str, tuple[int, ...], float]]:
-        experts = expert_bytes(stage) if layout.ep > 1 else 0.0
-        out = [(f"grads@{stage}.t{t}", layout.dp_group(p, t), weight_bytes(stage) - experts)]
-        holders = layout.expert_dp_group(d, p, t)
-        if experts > 0 and len(holders) > 1:
-            out.append((f"egrads@{stage}.t{t}.r{d % layout.ep}", holders, experts))
-        return out
+def _gradient_sets(layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes,
+                   stage: int) -> list[tuple[str, tuple[int, ...], float]]:
+    """[(tag prefix, group, bytes)] of a stage: the dense gradients over the data-parallel group
+    and, with expert parallelism, the experts' over the ranks holding the same experts (if several)."""
+    experts = expert_bytes(stage) if layout.ep > 1 else 0.0
+    sets = [(f"grads@{stage}.t{t}", layout.dp_group(p, t), weight_bytes(stage) - experts)]
+    holders = layout.expert_dp_group(d, p, t)
+    if experts > 0 and len(holders) > 1:
+        sets.append((f"egrads@{stage}.t{t}.r{d % layout.ep}", holders, experts))
     return sets
 
 

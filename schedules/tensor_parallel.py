@@ -29,7 +29,7 @@ Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the colle
 
 
 def tp_stage_plan(phase: str, layers: int | list[bool], first: bool, last: bool, sequence_parallel: bool,
-                  recompute_full: bool = False, tp: int = 2, ep: int = 1) -> list[Piece]:
+                  recompute_full: bool = False, *, tp: int, ep: int = 1) -> list[Piece]:
     """The pieces of one stage op, in order, cut at its tensor-parallel collectives (tp > 1) and
     its MoE layers' expert-parallel all-to-alls (ep > 1). `layers`: how many (dense) layers, or
     for each layer whether its MLP is a mixture of experts.
@@ -69,7 +69,7 @@ def tp_stage_plan(phase: str, layers: int | list[bool], first: bool, last: bool,
     return pieces + [(tuple(items), None, None)]
 
 
-def _around(phase: str, body: list, sp: bool, tp: int) -> list:
+def _around(body: list, sp: bool, tp: int) -> list:
     """A sublayer entered through f and left through g (Megatron), for tp > 1."""
     if tp == 1:
         return body
@@ -94,7 +94,7 @@ def _forward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int,
     if first:
         tokens += ["F.embed"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
     for is_moe in moe:
-        tokens += _around("F", ["F.attn"], sp, tp) + _around("F", _mlp("F", is_moe, ep), sp, tp)
+        tokens += _around(["F.attn"], sp, tp) + _around(_mlp("F", is_moe, ep), sp, tp)
     if last:
         tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["F.head"]
         tokens += [("all_gather", "tp")] if tp > 1 else []
@@ -106,7 +106,7 @@ def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int
     if last:
         tokens += ["B.head"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
     for is_moe in reversed(moe):
-        tokens += _around("B", _mlp("B", is_moe, ep), sp, tp) + _around("B", ["B.attn"], sp, tp)
+        tokens += _around(_mlp("B", is_moe, ep), sp, tp) + _around(["B.attn"], sp, tp)
     if first:
         tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["B.embed"]
     return tokens
@@ -152,7 +152,7 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
                 out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
                 continue
             plan = tp_stage_plan(op.phase, stage_layers(op.stage), op.stage == 0, op.stage == program.num_stages - 1,
-                                 sequence_parallel, recompute_full, layout.tp, layout.ep)
+                                 sequence_parallel, recompute_full, tp=layout.tp, ep=layout.ep)
             for part, (items, kind, on) in enumerate(plan):
                 piece = Compute(op.phase, op.microbatch, op.stage, sum(item_flops(i, op.stage) for i in items),
                                 op.nbytes if part == 0 else 0.0, op.stream, deps, part)

@@ -95,13 +95,18 @@ def moe_routed_rows(b: int, s: int, moe: MoESpec) -> int:
     return moe.num_experts * math.ceil(moe.capacity_factor * tokens * moe.top_k / moe.num_experts)
 
 
+def moe_router_flops(b: int, s: int, h: int, moe: MoESpec) -> float:
+    """Forward FLOPs of the router's h x E logits for b*s tokens."""
+    return float(2 * b * s * h * moe.num_experts)
+
+
 def moe_mlp_forward_flops(b: int, s: int, h: int, moe: MoESpec, gated_mlp: bool) -> float:
     """Forward FLOPs of an MoE layer's MLP part for b sequences of s tokens: the router, the routed
     experts' rows (`moe_routed_rows`) and the shared experts, each expert an MLP of width expert_ffn."""
     tokens = b * s
     per_row = mlp_forward_flops(1, 1, h, moe.expert_ffn, gated_mlp)  # 2 h f' (2 or 3)
     rows = moe_routed_rows(b, s, moe) + tokens * moe.shared_experts
-    return float(2 * tokens * h * moe.num_experts + rows * per_row)
+    return moe_router_flops(b, s, h, moe) + rows * per_row
 
 
 def moe_mlp_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:

@@ -156,7 +156,8 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         """Join the collective `op.tag`; the last member to arrive starts it."""
         inputs, done = meetings.setdefault(op.tag, ({}, env.event()))
         inputs[rank] = numerics.collective_input(rank, op) if numerics is not None else None
-        if len(inputs) == len(op.group):
+        if len(inputs) == len(op.group):  # everyone is in: the meeting (and its buffers) is the group's now
+            del meetings[op.tag]
             env.process(run_group(op, inputs, done))
         return done
 
@@ -204,10 +205,12 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 record(_span(Span, (rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0,
                                           op.flops)))
             elif kind is Recv:
-                box = mailbox[(op.peer, rank, op.tag)]
+                key = (op.peer, rank, op.tag)
+                box = mailbox[key]
                 if box.at is None:
                     waiting[me] = (op, "message")
                     yield box
+                del mailbox[key]  # read once: its payload need not outlive the receive
                 start = t
                 if box.at > t:
                     t = box.at

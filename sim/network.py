@@ -204,7 +204,7 @@ class Network:
         flows = self._flows
         changed = np.flatnonzero(flows.load != self._load)
         self._load[changed] = flows.load[changed]
-        self._timeline.append((np.full(len(changed), self.env.now), changed, self._load[changed]))
+        self._timeline.append((np.broadcast_to(self.env.now, changed.shape), changed, self._load[changed]))
         if not flows.num_alive:
             return
         np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
@@ -245,19 +245,21 @@ class Network:
     def _record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
         self._done_records.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
 
-    def _messages(self) -> tuple:
-        """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
-        group, route CSR), zero-byte signals included (route-less, each its own label)."""
-        records = list(self._done_records)
+    def _flush_signals(self) -> None:
+        """Move the zero-byte signals into the message records: route-less, each its own label."""
         if self._signals:
             src, dst, start, end, labels = zip(*self._signals)
             first = len(self._labels)
             self._labels.extend(labels)
             self._signals.clear()
-            self._done_records.append((np.array(src), np.array(dst), np.array(start), np.array(end),
-                                       np.zeros(len(src)), np.arange(first, first + len(src)),
-                                       np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64)))
-            records = self._done_records
+            self._record(np.array(src), np.array(dst), np.array(start), np.array(end), np.zeros(len(src)),
+                         np.arange(first, first + len(src)), np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64))
+
+    def _messages(self) -> tuple:
+        """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
+        group, route CSR), zero-byte signals included."""
+        self._flush_signals()
+        records = self._done_records
         if not records:
             empty = np.zeros(0)
             return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)

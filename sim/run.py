@@ -100,7 +100,8 @@ def stage_params(scenario: Scenario, stage: int) -> float:
     MoE layer's rank holds its E/ep experts, split t ways as the dense MLP is."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     params = sum(cost.model_layer_params(m, i) for i in stage_layer_range(scenario, stage))
-    params -= expert_params_elsewhere(scenario, stage)
+    if m.moe is not None:  # the routed experts other expert-parallel ranks hold
+        params -= routed_expert_params(scenario, stage, m.moe.num_experts - m.moe.num_experts // scenario.parallel.ep)
     if stage == 0:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
     if stage == num_stages - 1:
@@ -129,7 +130,7 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
                "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
                "head": cost.head_forward_flops(b, s, h, m.vocab) / tp}
     if m.moe is not None:  # the router runs whole on every rank; balanced experts: k rows per token
-        forward["router"] = 2.0 * b * s * h * m.moe.num_experts
+        forward["router"] = cost.moe_router_flops(b, s, h, m.moe)
         forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - forward["router"]) / tp
     selective = cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
     flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
@@ -137,23 +138,19 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     return lambda item, stage: flops[item]
 
 
-def expert_params_elsewhere(scenario: Scenario, stage: int) -> float:
-    """Parameters of the routed experts a rank does not hold: (E - E/ep) of each MoE layer's."""
-    m, ep = scenario.model_spec, scenario.parallel.ep
+def routed_expert_params(scenario: Scenario, stage: int, experts: int) -> float:
+    """Parameters of `experts` routed experts in each of the stage's MoE layers (whole, not split)."""
+    m = scenario.model_spec
     if m.moe is None:
         return 0.0
-    per_expert = cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
-    return sum(stage_moe_layers(scenario, stage)) * (m.moe.num_experts - m.moe.num_experts // ep) * per_expert
+    return sum(stage_moe_layers(scenario, stage)) * experts * cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
 
 
 def expert_bytes(scenario: Scenario, stage: int) -> float:
-    """Bytes of the 16-bit routed-expert weights a rank holds for a stage (their gradients are
-    reduced among the ranks holding the same experts, not the whole data-parallel group)."""
-    m, ep, tp = scenario.model_spec, scenario.parallel.ep, scenario.parallel.tp
-    if m.moe is None:
-        return 0.0
-    held = m.moe.num_experts // ep * cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
-    return sum(stage_moe_layers(scenario, stage)) * held / tp * 2.0
+    """Bytes of the 16-bit routed-expert weights a rank holds for a stage, E/ep per MoE layer split
+    t ways (their gradients are reduced among the ranks holding the same experts)."""
+    moe, p = scenario.model_spec.moe, scenario.parallel
+    return routed_expert_params(scenario, stage, moe.num_experts // p.ep) / p.tp * 2.0 if moe else 0.0
 
 
 def alltoall_bytes(scenario: Scenario) -> float:

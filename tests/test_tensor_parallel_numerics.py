@@ -17,7 +17,7 @@ BATCH, MICROBATCHES = 2, 2
 def tp_collective_kinds(phase, num_layers, first, last, sp, recompute_full=False):
     """The schedule's tensor-parallel collectives inside one dense stage op, in order: what the
     shadow stage must yield, one for one."""
-    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sp, recompute_full) if kind]
+    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sp, recompute_full, tp=2) if kind]
 
 
 def randomized_params(cfg, seed):
