@@ -8,11 +8,12 @@ rendezvous), runs its algorithm over the network (sim.collectives) moving the me
 buffers, and finishes on every member at once.
 
 Walkers run ahead: each keeps its own clock and touches SimPy only where SimPy's clock matters
-(transfers and collectives, which first catch SimPy up to the walker's clock). Waiting for another
-op (a dependency or a message) is a `_Done` with a known time: a walker that finds it already
-known just moves its clock; one that must wait parks on it and is woken, through a FIFO ready
-queue, the moment the producer knows the time. So a pipeline's many small waits cost a list
-append and a generator resume each, not an event through SimPy's heap.
+(transfers and collectives, which first catch SimPy up to the walker's clock). An op's end time
+and a message's arrival are stored the moment they are known: a walker that finds the one it
+needs just moves its clock; one that comes first leaves a `_Done` there, parks on it and is
+woken, through a FIFO ready queue, when the producer fills it in. So a pipeline's many small
+waits cost a dict look-up, or a list append and a generator resume, not an event through
+SimPy's heap.
 
 Tie-break rule: walkers start in (rank, stream first appearance) order, the ready queue is FIFO
 and SimPy runs same-time events in the order they were scheduled, so one Program gives one record.
@@ -35,10 +36,10 @@ from sim.records import EventLog, Span
 from sim.shortcut import Shortcuts
 
 class _Done:
-    """The end of an op others wait on, or a message's arrival: its time `at` (None until known),
-    a value (a message's payload) and the walkers waiting for it. Not a SimPy event: the time is
-    known when the producer reaches the op, and waiters need only that number, not SimPy's clock
-    (which is how a stream runs ahead), so waking them costs no trip through SimPy's queue."""
+    """An op's end or a message's arrival that a walker needs before it is known: its time `at`
+    (None until known), a value (a message's payload) and the walkers waiting for it. Not a SimPy
+    event: waiters need only the number, not SimPy's clock (which is how a stream runs ahead), so
+    waking them costs no trip through SimPy's queue."""
 
     __slots__ = ("at", "value", "waiters")
 
@@ -128,7 +129,17 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
     waiting: dict[tuple[int, str], tuple[Op | None, str]] = {}  # (op, what it waits for), worded on deadlock
     ready: deque[Generator] = deque()  # walkers woken, in wake-up order
     meetings: dict[str, tuple[dict[int, object], simpy.Event]] = {}  # collective tag -> (inputs, done)
-    mailbox = _Lazy(lambda key: _Done())  # (src rank, dst rank, tag) -> the message's arrival
+    # (src rank, dst rank, tag) -> (arrival, payload) once sent, or the _Done its receiver waits on
+    mailbox: dict[tuple, tuple | _Done] = {}
+
+    def post(key: tuple, at: float, payload: object) -> None:
+        """A message lands at `at`: its receiver, if already waiting, runs next."""
+        box = mailbox.get(key)
+        if box is None:
+            mailbox[key] = (at, payload)
+        else:
+            box.at, box.value = at, payload
+            wake(box)
 
     def wake(done: _Done) -> None:
         """`done` just learned its time: whoever waits for it runs next."""
@@ -191,12 +202,16 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 on_progress(len(spans))
             label = op.label
             for dep in op.deps:
-                event = done_of[dep]
-                if event.at is None:
-                    waiting[me] = (op, dep)
-                    yield event
-                if event.at > t:
-                    t = event.at
+                end = done_of.get(dep)
+                if end is None:  # not reached yet: leave a _Done for its producer to fill
+                    end = done_of[dep] = _Done()
+                if type(end) is _Done:
+                    if end.at is None:
+                        waiting[me] = (op, dep)
+                        yield end
+                    end = end.at
+                if end > t:
+                    t = end
             kind = type(op)
             if kind is Compute:
                 if numerics is not None:
@@ -206,26 +221,25 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                                           op.flops)))
             elif kind is Recv:
                 key = (op.peer, rank, op.tag)
-                box = mailbox[key]
-                if box.at is None:
+                letter = mailbox.get(key)
+                if letter is None:  # not sent yet: wait where its sender will post it
+                    box = mailbox[key] = _Done()
                     waiting[me] = (op, "message")
                     yield box
+                    letter = (box.at, box.value)
                 del mailbox[key]  # read once: its payload need not outlive the receive
                 start = t
-                if box.at > t:
-                    t = box.at
+                if letter[0] > t:
+                    t = letter[0]
                 if numerics is not None:
-                    numerics.receive(rank, op, box.value)
+                    numerics.receive(rank, op, letter[1])
                 record(_span(Span, (rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes,
                                           0.0)))
             elif kind is Send and op.nbytes <= 0:  # a signal: no bandwidth, so it runs ahead too
                 payload = numerics.send_payload(rank, op) if numerics is not None else None
                 start = t
                 t += network.signal(gpu, rank_to_gpu[op.peer], t, stream_prefix + label + route_text[op.peer])
-                box = mailbox[(rank, op.peer, op.tag)]
-                box.at, box.value = t, payload
-                if box.waiters:
-                    wake(box)
+                post((rank, op.peer, op.tag), t, payload)
                 record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, t, 0.0, 0.0)))
             else:  # the network and collectives work on SimPy's clock: catch up first
                 if t > env.now:
@@ -243,28 +257,28 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                     waiting[me] = (op, "in flight")
                     yield network.transfer(gpu, rank_to_gpu[op.peer], op.nbytes,
                                            stream_prefix + label + route_text[op.peer])
-                    box = mailbox[(rank, op.peer, op.tag)]
-                    box.at, box.value = env.now, payload
-                    if box.waiters:
-                        wake(box)
+                    post((rank, op.peer, op.tag), env.now, payload)
                     record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now,
                                               op.nbytes, 0.0)))
                 t = env.now
             done = done_of.get(label)
-            if done is not None:
+            if done is None:
+                done_of[label] = t
+            else:
                 done.at = t
                 if done.waiters:
                     wake(done)
         waiting.pop(me, None)
         stream_ends.append(t)
 
-    finished: dict[int, dict[str, _Done]] = {}  # rank -> label -> end, for ops others wait on
+    # rank -> label -> the op's end time, or the _Done its dependents wait on until it ends
+    finished: dict[int, dict[str, float | _Done]] = {}
     stream_ends: list[float] = []
     for rank in program.ranks:
         streams: defaultdict[str, list[Op]] = defaultdict(list)
         for op in program.ops[rank]:
             streams[op.stream].append(op)
-        finished[rank] = {dep: _Done() for dep in {dep for op in program.ops[rank] for dep in op.deps}}
+        finished[rank] = {}
         for stream, ops in streams.items():
             waiting[(rank, stream)] = (None, "not started")
             ready.append(walk(rank, stream, ops))
