@@ -174,7 +174,8 @@ def _edge_width(log: EventLog, ax, x_span_s: float) -> float:
 
 def _label_microbatches(ax, log: EventLog, lane_of, scale: float, x_max: float, pt_per_unit: float) -> None:
     """Write the microbatch number inside F/B boxes wide enough to hold it (at most MAX_TEXT_LABELS)."""
-    boxes = [s for s in log.spans if s.phase in LABELLED_PHASES and s.microbatch is not None]
+    boxes = [s for s in log.spans if s.phase in LABELLED_PHASES and s.microbatch is not None
+             and (s.rank, s.stream) in lane_of]  # only the drawn lanes
     if not boxes or len(boxes) > MAX_TEXT_LABELS:
         return
     axes_w_pt = ax.get_position().width * FIG_W_IN * 72.0

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
-from sim.records import EventLog
+from schedules.tensor_parallel import EP_STREAM
+from sim.records import EventLog, FlowTable
 
 PIPELINE_PHASES = ("F", "B")
+ALLTOALL_PHASE = "ALL_TO_ALL"  # a collective span's phase is its kind in capitals
+ALLTOALL_STREAMS = (EP_STREAM,)  # streams that carry only all-to-alls (MoE dispatch, combine, counts)
 
 
 def step_time_s(log: EventLog) -> float:
@@ -66,17 +71,55 @@ def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
     return tflops_per_gpu(log, num_gpus) * 1e12 / peak_flops
 
 
+def stream_of_flows(flows: FlowTable) -> tuple[list[str], np.ndarray]:
+    """(the streams, sorted; each flow's index into them): a flow's label is "stream:...", so
+    the stream is what precedes the first colon."""
+    streams = sorted({label.split(":", 1)[0] for label in flows.labels})
+    stream_of_label = np.array([streams.index(label.split(":", 1)[0]) for label in flows.labels], dtype=np.int64)
+    return streams, stream_of_label[flows.label] if len(flows) else np.zeros(0, np.int64)
+
+
 def bytes_sent_per_rank(log: EventLog) -> dict[str, dict[str, float]]:
     """Bytes each rank put on the network, by the stream that sent them (flow labels start with
     "stream:"); GPU g is rank g."""
     flows = log.flows
-    streams = sorted({label.split(":", 1)[0] for label in flows.labels})
-    stream_of_label = np.array([streams.index(label.split(":", 1)[0]) for label in flows.labels], dtype=np.int64)
+    streams, stream_of = stream_of_flows(flows)
     sources = max(log.num_ranks, int(flows.src.max()) + 1 if len(flows) else 0)
-    key = flows.src * len(streams) + stream_of_label[flows.label] if len(flows) else np.zeros(0, np.int64)
+    key = flows.src * len(streams) + stream_of
     totals = np.bincount(key, weights=flows.nbytes, minlength=sources * len(streams)).reshape(sources, -1)
     counts = np.bincount(key, minlength=sources * len(streams)).reshape(sources, -1)
     sent: dict[str, dict[str, float]] = {str(rank): {} for rank in range(log.num_ranks)}
     for src, stream in zip(*np.nonzero(counts)):
         sent.setdefault(str(src), {})[streams[stream]] = float(totals[src, stream])
     return sent
+
+
+def traffic_matrix_bytes(log: EventLog, num_gpus: int, streams: Collection[str] | None = None) -> np.ndarray:
+    """(num_gpus, num_gpus) bytes, [i, j] = bytes of the messages GPU i delivered to GPU j (GPUs,
+    as the flow table has them, not ranks), of `streams` only (None: every message): who talks
+    to whom, e.g. an even all-to-all as a uniform block per expert-parallel group. A piece sent to
+    oneself is a local copy, not a message, so it is not counted."""
+    flows = log.flows
+    names, stream_of = stream_of_flows(flows)
+    keep = (np.ones(len(flows), bool) if streams is None
+            else np.isin(stream_of, [names.index(s) for s in streams if s in names]))
+    cells = np.bincount(flows.src[keep] * num_gpus + flows.dst[keep], weights=flows.nbytes[keep],
+                        minlength=num_gpus * num_gpus)
+    return cells.reshape(num_gpus, num_gpus)
+
+
+def alltoall_time_share(log: EventLog) -> float:
+    """share = sum_r |union of r's all-to-all spans| / (T x ranks), T the step time: the share of
+    the ranks' time inside an all-to-all, hidden under compute or not (with an MoE model, what the
+    expert-parallel dispatch and combine cost against the whole step). 0.0 without all-to-alls."""
+    step = step_time_s(log)
+    if step <= 0 or log.num_ranks == 0:
+        return 0.0
+    intervals = sorted((s.rank, s.start_s, s.end_s) for s in log.spans if s.phase == ALLTOALL_PHASE)
+    inside = 0.0
+    covered_to = (-1, 0.0)  # (rank, end of the union so far on that rank)
+    for rank, start, end in intervals:
+        reach = covered_to[1] if covered_to[0] == rank else start
+        inside += max(end - max(start, reach), 0.0)
+        covered_to = (rank, max(reach, end))
+    return inside / (step * log.num_ranks)

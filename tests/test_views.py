@@ -139,6 +139,14 @@ def test_gantt_png_is_valid_and_byte_identical(tmp_path):
     assert data == (tmp_path / "b.png").read_bytes()
 
 
+def test_gantt_of_some_ranks_labels_only_their_boxes(tmp_path):
+    """A run with more ranks than the chart draws: the other ranks' boxes have no lane to sit in."""
+    log = small_log()
+    drawn = sorted({s.rank for s in log.spans})[:1]
+    plot_gantt(log, tmp_path / "some.png", "some", drawn)
+    assert (tmp_path / "some.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_gantt_handles_an_empty_log_and_unknown_streams(tmp_path):
     plot_gantt(EventLog((), (), 2, ()), tmp_path / "empty.png", "empty")
     dp = EventLog((Span(0, "dp", "AR grads", "ALLREDUCE", None, 0, 0.0, 1.0),), (), 1, ())
