@@ -27,9 +27,11 @@ from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import Protocol
 
+import numpy as np
 import simpy
 
 from schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from sim.collectives.ops import unpack_pieces
 from sim.collectives.run import apply_collective, run_collective
 from sim.network import Network
 from sim.records import EventLog, Span
@@ -80,9 +82,13 @@ class DeadlockError(RuntimeError):
 
 
 class Numerics(Protocol):
-    """What the engine asks of the numerics: run compute on real arrays, move real payloads."""
+    """What the engine asks of the numerics: run compute on real arrays, move real payloads, and
+    say how much more or less work than the cost model's estimate an op turned out to be (an MoE
+    experts piece: the rows its routing really sent, against an even share). An all_to_all's
+    input may be `Pieces`, whose routing-decided sizes then time it."""
 
     def run_compute(self, rank: int, op: Compute) -> None: ...
+    def work(self, rank: int, op: Compute) -> float: ...
     def send_payload(self, rank: int, op: Send) -> object: ...
     def receive(self, rank: int, op: Recv, payload: object) -> None: ...
     def collective_input(self, rank: int, op: Collective) -> object: ...
@@ -173,19 +179,20 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         return done
 
     def run_group(op: Collective, inputs: dict[int, object], done: simpy.Event):
-        buffers = [inputs[r] for r in op.group] if numerics is not None else None
+        buffers, counts, nbytes = (unpack_pieces([inputs[r] for r in op.group], op.nbytes) if numerics is not None
+                                   else (None, None, op.nbytes))
         gpus = tuple(rank_to_gpu[r] for r in op.group)
         label = f"{op.stream}:{op.label}"
-        if shortcuts is not None and shortcuts.applies(gpus):
-            recording = shortcuts.recording(op.kind, op.algorithm, gpus, op.nbytes)
+        if shortcuts is not None and np.ndim(nbytes) == 0 and shortcuts.applies(gpus):
+            recording = shortcuts.recording(op.kind, op.algorithm, gpus, nbytes)
             start = env.now
             yield env.timeout(recording.duration_s)
             network.replay(recording, start, label)
-            outputs = (apply_collective(network.graph, op.kind, op.algorithm, gpus, buffers, op.nbytes)
+            outputs = (apply_collective(network.graph, op.kind, op.algorithm, gpus, buffers, nbytes, counts=counts)
                        if buffers is not None else None)
         else:
-            outputs = yield env.process(run_collective(network, op.kind, op.algorithm, gpus, buffers, op.nbytes,
-                                                       label=label))
+            outputs = yield env.process(run_collective(network, op.kind, op.algorithm, gpus, buffers, nbytes,
+                                                       counts=counts, label=label))
         done.succeed(dict(zip(op.group, outputs)) if outputs is not None else {})
 
     def walk(rank: int, stream: str, ops: list[Op]):
@@ -214,9 +221,12 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                     t = end
             kind = type(op)
             if kind is Compute:
-                if numerics is not None:
+                start = t
+                if numerics is None:
+                    t += compute_time_s(op)
+                else:
                     numerics.run_compute(rank, op)
-                start, t = t, t + compute_time_s(op)
+                    t += compute_time_s(op) * numerics.work(rank, op)
                 record(_span(Span, (rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0,
                                           op.flops)))
             elif kind is Recv:

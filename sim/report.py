@@ -16,13 +16,15 @@ from sim.memory_plot import plot_memory
 from sim.run import RunResult
 from sim.table import format_table
 from sim.trace import MAX_SPAN_EVENTS, write_trace
+from sim.traffic_plot import plot_traffic
 
 GANTT_MAX_RANKS = 32
-OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "program.txt")
+OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "traffic.png",
+                "program.txt")
 
 
 def write_outputs(result: RunResult, out_dir: Path) -> Path:
-    """Write summary.json, gantt.png, trace.json, links.png, memory.png and program.txt.
+    """Write summary.json, gantt.png, trace.json, links.png, memory.png, traffic.png and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
     end, so a failure never leaves a half-written run folder behind.
@@ -43,6 +45,7 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
                    f"{sc.name}: utilisation of the hottest links", result.graph)
         plot_memory(result.memory, sc.gpu_spec.memory_bytes, tmp / "memory.png",
                     f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})")
+        plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
     return Path(out_dir)
 
@@ -62,6 +65,20 @@ def output_folder(out_dir: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def moe_routing_line(s: dict) -> str | None:
+    """What the shadow gate's routing did, and who the expert-parallel groups waited for."""
+    numerics = s["numerics"] or {}
+    if "tokens_per_expert" not in numerics:
+        return None
+    line = (f"expert {numerics['hottest_expert']} took {100 * numerics['hottest_expert_share']:.1f} % of "
+            f"{sum(numerics['tokens_per_expert'])} rows, {100 * numerics['dropped_token_rate']:.1f} % dropped")
+    if s["alltoall_straggler_rank"] is not None:
+        straggler = str(s["alltoall_straggler_rank"])
+        line += (f"; rank {straggler} reached {s['alltoall_last_arrivals_per_rank'][straggler]} all-to-alls last "
+                 "(the straggler)")
+    return line
 
 
 def terminal_summary(result: RunResult) -> str:
@@ -87,6 +104,11 @@ def terminal_summary(result: RunResult) -> str:
     if s["numerics"] is not None:
         lines.append(f"numerics         max abs err {s['numerics_max_abs_err']:.3g}, "
                      f"max rel err {s['numerics_max_rel_err']:.3g} vs single-device reference")
+    if s["alltoall_time_share"] > 0:
+        lines.append(f"all-to-all       {100 * s['alltoall_time_share']:.2f} % of rank time "
+                     f"({s['alltoall_bytes_total'] / 1e9:.3f} GB sent)")
+    if routing := moe_routing_line(s):
+        lines.append(f"routing          {routing}")
     if over := capacity_message(s["memory_peak_bytes_per_rank"], s["memory_capacity_bytes"]):
         lines.append(f"WARNING          {over}")
     return "\n".join(lines) + "\n\n" + table

@@ -30,6 +30,7 @@ from sim.numerics.transformer import ShadowConfig
 from sim.records import EventLog
 from sim.scenario import Scenario
 from sim.shortcut import Shortcuts
+from sim.stragglers import straggler_summary
 from topologies.registry import TOPOLOGIES
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
@@ -221,8 +222,11 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     moe = scenario.model_spec.moe
     cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
                        seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype,
-                       # the real experts, top-k and shared expert; top-k > 1 renormalised (Mixtral, GShard)
-                       moe=MoEConfig(moe.num_experts, moe.top_k, None, moe.top_k > 1, moe.shared_experts == 1)
+                       # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised
+                       # (Mixtral, GShard); one routing group per (replica, microbatch), as the run has
+                       moe=MoEConfig(moe.num_experts, moe.top_k, moe.capacity_factor, moe.top_k > 1,
+                                     moe.shared_experts == 1, _selection_bias(moe.num_experts, n.hot_expert_bias),
+                                     n.micro_batch * n.seq_len)
                        if moe is not None else None,
                        moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else ())
     placements = replica_placements(scenario)
@@ -230,10 +234,17 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     if p.dp == 1 and p.tp == 1:
         return PipelineNumerics(cfg, p.num_stages, scenario.num_microbatches, n.micro_batch, placements[0],
                                 n.seed, n.optimizer, n.lr, recompute_full=full)
-    buckets = {s: len(bucket_sizes(weight_bytes(scenario, s), p.bucket)) for s in range(p.num_stages)}
+    experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
+    buckets = {(what, s): len(bucket_sizes(size, p.bucket)) for s in range(p.num_stages)
+               for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))}
     return DataParallelNumerics(cfg, placements, scenario.num_microbatches, n.micro_batch, n.seed, n.optimizer,
                                 n.lr, p.zero if p.dp > 1 else 0, buckets, recompute_full=full, tp=p.tp,
-                                sequence_parallel=p.sequence_parallel)
+                                sequence_parallel=p.sequence_parallel, ep=p.ep)
+
+
+def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ...] | None:
+    """numerics.hot_expert_bias on expert 0's routing score (a skewed router), None when 0."""
+    return (hot_expert_bias,) + (0.0,) * (num_experts - 1) if hot_expert_bias else None
 
 
 def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,
@@ -251,6 +262,7 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     memory = memory_of(scenario, log)
     summary = summarize(scenario, log, memory, numerics.finish() if numerics else None)
     summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
+    summary |= straggler_summary(log)
     return RunResult(scenario, program, graph, log, memory, summary)
 
 
@@ -296,8 +308,22 @@ def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numeric
         "memory_capacity_bytes": gpu.memory_bytes,
         "memory_over_capacity_ranks": ranks_over_capacity(peaks, gpu.memory_bytes),
         "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
+        **alltoall_summary(log, gpus),
         "scenario": scenario.resolved(),
     }
+
+
+TRAFFIC_MATRIX_MAX_GPUS = 64  # a bigger matrix is no longer readable in summary.json (traffic.png shows it)
+
+
+def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
+    """The all-to-alls' share of the step, their bytes on the network, and their GPU x GPU
+    traffic matrix (null with no all-to-all or more than TRAFFIC_MATRIX_MAX_GPUS GPUs)."""
+    matrix = metrics.traffic_matrix_bytes(log, num_gpus, metrics.ALLTOALL_STREAMS)
+    total = float(matrix.sum())
+    return {"alltoall_time_share": metrics.alltoall_time_share(log), "alltoall_bytes_total": total,
+            "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and num_gpus <= TRAFFIC_MATRIX_MAX_GPUS
+            else None}
 
 
 def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:

@@ -413,6 +413,9 @@ class NumericsSection(_Section):
     dtype: NumericsDtype = "float64"
     optimizer: OptimizerName = "adam"
     lr: float = Field(1e-3, gt=0)
+    hot_expert_bias: float = Field(0.0, ge=0, allow_inf_nan=False, description=(
+        "added to expert 0's routing score when choosing experts (not to its weight): a skewed "
+        "router whose expert 0 is hot; MoE models only"))
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> NumericsSection:
@@ -508,6 +511,8 @@ class Scenario(_Section):
         if m.moe is None:
             if p.ep > 1:
                 raise _FieldError("parallel.ep", f"{p.ep} needs an MoE model (set model.moe); this model is dense")
+            if self.numerics.hot_expert_bias:
+                raise _FieldError("numerics.hot_expert_bias", "needs an MoE model (set model.moe); this model is dense")
             return
         if m.moe.num_experts % p.ep:
             raise _FieldError("parallel.ep", f"{p.ep} does not divide model.moe.experts ({m.moe.num_experts})")
@@ -521,10 +526,7 @@ class Scenario(_Section):
             raise _FieldError("parallel.zero", "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
                               "expert weights among the ranks holding them); use zero 0, 1 or 2")
         if self.numerics.enabled:  # what the shadow model's experts can do so far
-            unsupported = ("parallel.ep > 1 (its tokens would travel by all-to-all)" if p.ep > 1 else
-                           "parallel.tp > 1 (its experts are not split)" if p.tp > 1 else
-                           "model.moe.capacity_factor (its routing groups would have to match)"
-                           if m.moe.capacity_factor is not None else
+            unsupported = ("parallel.tp > 1 (its experts are not split)" if p.tp > 1 else
                            "more than one shared expert" if m.moe.shared_experts > 1 else None)
             if unsupported:
                 raise _FieldError("numerics.enabled", f"the shadow model's experts do not support {unsupported} "

@@ -72,9 +72,12 @@ BAD_INPUTS = [
     ("ep_not_dividing_dp", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
      .replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep",
      r"2 does not divide parallel.dp \(1\): expert-parallel groups are carved out of the data-parallel group"),
-    ("moe_numerics_with_dropping_not_yet",
-     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2, capacity_factor: 1.25}\n  preset: gpt3-1.3b"),
-     "numerics.enabled", "the shadow model's experts do not support model.moe.capacity_factor"),
+    ("moe_numerics_with_tp_not_yet",
+     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
+     .replace("  pp: 4", "  pp: 2").replace("  tp: 1", "  tp: 2"),
+     "numerics.enabled", r"the shadow model's experts do not support parallel.tp > 1"),
+    ("hot_expert_on_a_dense_model", GOOD.replace("  enabled: true", "  enabled: true\n  hot_expert_bias: 0.1"),
+     "numerics.hot_expert_bias", "needs an MoE model"),
 ]
 
 

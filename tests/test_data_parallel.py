@@ -87,7 +87,7 @@ def numerics_run(dp: int, pp: int, zero: int, m: int, buckets: int = 3, optimize
     program = dp_program(dp, pp, zero, m=m, bucket_bytes=WEIGHT_BYTES / buckets)
     numerics = DataParallelNumerics(cfg, [dict(enumerate(layout.pp_group(d, 0))) for d in range(dp)], m, 2,
                                     seed=3, optimizer=optimizer, lr=0.01, zero=zero,
-                                    buckets={s: buckets for s in range(pp)})
+                                    buckets={("grads", s): buckets for s in range(pp)})
     network = Network(simpy.Environment(), switch(dp * pp, 100e9, 1e-6))
     run_program(program, network, compute_time_s=lambda op: op.flops / 1e14 + op.nbytes / 2e12, numerics=numerics)
     return numerics.finish()

@@ -5,6 +5,7 @@ import numpy as np
 from finite_differences import central_difference
 import pytest
 
+from sim.collectives.ops import Pieces
 from sim.numerics.moe import (ExpertParallelMoE, MoEConfig, init_moe_params, moe_backward, moe_forward,
                               route, traffic_matrix)
 
@@ -38,7 +39,7 @@ def test_backward_matches_central_differences_on_every_parameter_and_x(cfg):
     rng = np.random.default_rng(4)
     x, dout = rng.standard_normal((B, S, HIDDEN)), rng.standard_normal((B, S, HIDDEN))
     _, cache = moe_forward(p, NAME, x, cfg)
-    routing = cache[0]
+    (routing, _, _), = cache  # one routing group
     ranked = -np.sort(-routing.probs, axis=1)  # (T, E)
     assert np.min(ranked[:, cfg.top_k - 1] - ranked[:, cfg.top_k]) > 1e-4, "a probe could flip a top-k choice"
     assert (routing.tokens_per_expert > 0).all(), "an idle expert would leave its parameters untested"
@@ -115,11 +116,14 @@ def run_lockstep(generators):
     requests = [next(g) for g in generators]
     exchanges = []
     while True:
-        assert {op for op, _, _ in requests} == {"all_to_all"}
-        counts = np.array([row for _, _, row in requests])  # (n, n)
+        assert {request[0] for request in requests} == {"all_to_all"}
+        sends = [request[1] if isinstance(request[1], Pieces)
+                 else Pieces(request[1], [len(c) for c in np.array_split(request[1], len(requests))])
+                 for request in requests]
+        counts = np.array([send.counts for send in sends])  # (n, n)
         exchanges.append(counts)
         next_requests, results = [], []
-        for g, received in zip(generators, all_to_all([buf for _, buf, _ in requests], counts)):
+        for g, received in zip(generators, all_to_all([send.flat for send in sends], counts)):
             try:
                 next_requests.append(g.send(received))
             except StopIteration as stop:
@@ -146,7 +150,7 @@ def test_expert_parallel_shards_match_the_single_device_reference(top_k, normali
 
     reference = [moe_forward(p, NAME, x, cfg) for x in xs]  # each group routed on its own
     reference_back = [moe_backward(d, cache) for d, (_, cache) in zip(douts, reference)]
-    routings = [cache[0] for _, cache in reference]
+    routings = [cache[0][0] for _, cache in reference]  # each one group
     if capacity_factor is not None:
         assert all(r.dropped > 0 for r in routings)  # C = 1 (top-1) or 2 (top-2) rows for 12 tokens / 8 experts
     reference_grads = {n: sum(g[n] for _, g in reference_back) for n in p}

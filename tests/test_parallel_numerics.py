@@ -6,9 +6,14 @@ shards through the real collectives, timed by the engine."""
 
 import itertools
 
+import numpy as np
 import pytest
 
-from sim.run import simulate
+from schedules.ir import Compute
+from schedules.tensor_parallel import tp_stage_plan
+from sim.numerics.moe import experts_of_rank
+from sim.report import terminal_summary
+from sim.run import simulate, stage_moe_layers
 from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """
@@ -48,18 +53,76 @@ def test_weights_after_one_step_match_one_device(tp, pp, dp, sp, zero, schedule,
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
 
 
-MOE_SCENARIO = SCENARIO.replace("vocab: 32000}}", "vocab: 32000, moe: {{experts: 8, top_k: {top_k}, every: 2, "
-                                "expert_ffn: 2048, shared_experts: {shared}}}}}")
+MOE_SCENARIO = (SCENARIO.replace("vocab: 32000}}", "vocab: 32000, moe: {{experts: 8, top_k: {top_k}, every: 2, "
+                                 "expert_ffn: 2048, shared_experts: {shared}, capacity_factor: {capacity}}}}}")
+                .replace("zero: {zero},", "zero: {zero}, ep: {ep},")
+                .replace("lr: 0.01}}", "lr: 0.01, hot_expert_bias: {bias}}}"))
+
+# (pp, dp, ep, top_k, capacity factor, shared experts, zero); capacity 0.5 drops tokens in every
+# layer (C = ceil(0.5 x 16 tokens x k / 8) rows per expert); dp > ep gives each expert several holders
+MOE_CASES = [(1, 1, 1, 1, None, 0, 0), (2, 1, 1, 2, None, 0, 0), (2, 2, 1, 2, None, 1, 1), (1, 2, 1, 1, None, 1, 1),
+             (2, 2, 1, 2, 0.5, 0, 2),
+             (1, 2, 2, 1, None, 0, 0), (2, 2, 2, 2, 0.5, 1, 1), (1, 4, 2, 2, None, 0, 2), (2, 4, 2, 1, 0.5, 0, 0),
+             (1, 4, 4, 2, 0.5, 1, 0), (2, 4, 4, 1, None, 0, 1), (1, 8, 4, 1, 1.0, 0, 2)]
 
 
-@pytest.mark.parametrize("pp,dp,top_k,shared", [(1, 1, 1, 0), (2, 1, 2, 0), (2, 2, 2, 1), (1, 2, 1, 1)])
-def test_moe_layers_match_one_device(pp, dp, top_k, shared):
+def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True):
+    text = MOE_SCENARIO.format(gpus=pp * dp, global_batch=2 * pp * dp, recompute="none", tp=1, pp=pp, dp=dp, ep=ep,
+                               virtual=1, zero=zero, sp="false", schedule="1f1b", top_k=top_k, shared=shared,
+                               capacity="null" if capacity is None else capacity, bias=bias)
+    text = text.replace("numerics: {", f"numerics: {{enabled: {str(numerics).lower()}, ")
+    return simulate(load_scenario_text(text, "moe.yaml"))
+
+
+@pytest.mark.parametrize("pp,dp,ep,top_k,capacity,shared,zero", MOE_CASES)
+def test_moe_layers_match_one_device(pp, dp, ep, top_k, capacity, shared, zero):
     """The shadow model's MoE layers (every second layer, 8 experts, Switch top-1 or Mixtral-style
-    renormalised top-2, with and without a shared expert, no dropping), pipelined and data-parallel
-    without expert parallelism."""
-    text = MOE_SCENARIO.format(gpus=pp * dp, global_batch=2 * pp * dp, recompute="none", tp=1, pp=pp, dp=dp,
-                               virtual=1, zero=1 if dp > 1 else 0, sp="false", schedule="1f1b", top_k=top_k,
-                               shared=shared)
-    summary = simulate(load_scenario_text(text, "moe.yaml")).summary
+    renormalised top-2, with and without a shared expert and token dropping), pipelined and data-
+    parallel, with the tokens travelling to their experts' ranks by the engine's all-to-alls."""
+    summary = moe_run(pp, dp, ep, top_k, capacity, shared, zero).summary
     assert summary["numerics_max_rel_err"] < 1e-10
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
+
+
+def experts_piece_seconds(result, rank: int) -> float:
+    """Seconds `rank` spent in its experts pieces (tp_stage_plan names each piece's work items)."""
+    sc = result.scenario
+    experts = set()
+    for op in result.program.ops[rank]:
+        if isinstance(op, Compute) and op.part is not None:
+            plan = tp_stage_plan(op.phase, stage_moe_layers(sc, op.stage), op.stage == 0,
+                                 op.stage == sc.parallel.num_stages - 1, False, tp=1, ep=sc.parallel.ep)
+            if plan[op.part][0] == (f"{op.phase}.experts",):
+                experts.add(op.label)
+    assert experts
+    return sum(s.end_s - s.start_s for s in result.log.spans if s.rank == rank and s.label in experts)
+
+
+def test_a_skewed_router_makes_the_hot_experts_rank_the_straggler():
+    """A selection bias on expert 0 sends it most rows. Each experts piece then lasts the cost model's
+    time x the rows it really got / an even share, so the two EP ranks' expert time is in the ratio
+    of their experts' rows (counted by the single-device reference's routing), and rank 0, which
+    holds expert 0, arrives last at the all-to-alls that follow its experts."""
+    result = moe_run(pp=1, dp=2, ep=2, top_k=1, capacity=None, shared=0, zero=0, bias=0.02)
+    numerics = result.summary["numerics"]
+    assert result.summary["numerics_max_rel_err"] < 1e-10
+    rows = numerics["tokens_per_expert"]
+    assert numerics["hottest_expert"] == 0 and numerics["hottest_expert_share"] > 0.5
+    rank_rows = [sum(rows[e] for e in experts_of_rank(r, 8, 2)) for r in range(2)]
+    seconds = [experts_piece_seconds(result, r) for r in range(2)]
+    assert seconds[0] / seconds[1] == pytest.approx(rank_rows[0] / rank_rows[1], rel=1e-9)
+    assert result.summary["alltoall_straggler_rank"] == 0
+    line = next(line for line in terminal_summary(result).splitlines() if line.startswith("routing"))
+    assert f"expert 0 took {100 * numerics['hottest_expert_share']:.1f} % of 128 rows" in line  # 2 x 4 groups x 16
+    assert "rank 0 reached" in line and "(the straggler)" in line
+
+
+def test_without_a_bias_the_rank_with_more_rows_is_the_straggler():
+    """The initialised router is uneven too, less so: the expert times are again in the ratio of
+    rows, and the straggler is whichever rank's experts got more."""
+    result = moe_run(pp=1, dp=2, ep=2, top_k=2, capacity=None, shared=0, zero=0)
+    rows = result.summary["numerics"]["tokens_per_expert"]
+    rank_rows = [sum(rows[e] for e in experts_of_rank(r, 8, 2)) for r in range(2)]
+    seconds = [experts_piece_seconds(result, r) for r in range(2)]
+    assert seconds[0] / seconds[1] == pytest.approx(rank_rows[0] / rank_rows[1], rel=1e-9)
+    assert result.summary["alltoall_straggler_rank"] == int(np.argmax(rank_rows))

@@ -14,10 +14,10 @@ CFG = ShadowConfig(layers=2, hidden=16, heads=4, ffn=32, seq_len=8, vocab=24)
 BATCH, MICROBATCHES = 2, 2
 
 
-def tp_collective_kinds(phase, num_layers, first, last, sp, recompute_full=False):
+def tp_collective_kinds(phase, num_layers, first, last, sp, tp, recompute_full=False):
     """The schedule's tensor-parallel collectives inside one dense stage op, in order: what the
-    shadow stage must yield, one for one."""
-    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sp, recompute_full, tp=2) if kind]
+    shadow stage must yield, one for one (none for tp = 1)."""
+    return [kind for _, kind, _ in tp_stage_plan(phase, num_layers, first, last, sp, recompute_full, tp=tp) if kind]
 
 
 def randomized_params(cfg, seed):
@@ -62,7 +62,7 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
         for s, ranks in enumerate(stages):
             last = s == num_stages - 1
             outs, kinds = lockstep([r.forward(mb, x, targets[rows] if last else None) for r, x in zip(ranks, inputs)])
-            assert kinds == tp_collective_kinds("F", len(ranks[0].layers), s == 0, last, sp)
+            assert kinds == tp_collective_kinds("F", len(ranks[0].layers), s == 0, last, sp, tp)
             activations[mb, s], inputs = outs, outs
         assert len(set(outs)) == 1  # the loss is equal on every rank
         losses.append(outs[0])
@@ -70,7 +70,7 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
         douts = [None] * tp
         for s in reversed(range(num_stages)):
             douts, kinds = lockstep([r.backward(mb, d) for r, d in zip(stages[s], douts)])
-            assert kinds == tp_collective_kinds("B", len(stages[s][0].layers), s == 0, s == num_stages - 1, sp,
+            assert kinds == tp_collective_kinds("B", len(stages[s][0].layers), s == 0, s == num_stages - 1, sp, tp,
                                                 recompute)
             dinputs[mb, s] = douts
     grads = {}

@@ -27,7 +27,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import NamedTuple
+
 from sim.collectives.steps import CollectiveError, Plan, split_bounds
+
+class Pieces(NamedTuple):
+    """One rank's all_to_all input cut unevenly, as its owner knows it: counts[j] elements of
+    `flat` go to rank j, and the piece's real bytes are shares[j] x nbytes (None: nbytes / n, the
+    even cut). An MoE layer's routing decides both."""
+
+    flat: np.ndarray
+    counts: np.ndarray
+    shares: np.ndarray | None = None
+
+
+def unpack_pieces(buffers: list, nbytes: float) -> tuple[list, np.ndarray | None, object]:
+    """(flat buffers, counts matrix or None, nbytes or its (n, n) matrix) of an all_to_all's inputs
+    that may be `Pieces`: the matrices are their rows stacked."""
+    if not buffers or not isinstance(buffers[0], Pieces):
+        return buffers, None, nbytes
+    counts = np.array([b.counts for b in buffers])
+    if buffers[0].shares is not None:
+        nbytes = float(nbytes) * np.array([b.shares for b in buffers], dtype=float)
+    return [b.flat for b in buffers], counts, nbytes
+
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter",
        "all_to_all", "p2p")

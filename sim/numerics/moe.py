@@ -8,6 +8,10 @@ Routing is per group of T tokens x (T, h): one (rank, microbatch), flattened in 
     w_ti = P[t, c_ti]    (Switch, top-1)   or, normalize=True:   P[t, c_ti] / sum_j P[t, c_tj]
     y_t  = sum over admitted i of w_ti MLP_{c_ti}(x_t)  +  MLP_shared(x_t)   (shared=True only)
 
+A selection bias b (DeepSeek-V3's auxiliary-loss-free balancing bias, arXiv:2412.19437 sec. 2.1.2)
+shifts which experts are chosen, top_k of P[t] + b, but not their weights, which stay P[t, c_ti]; a
+large b_e makes expert e the hot expert of a skewed router.
+
 Capacity: C = ceil(capacity_factor T top_k / E) rows per expert per group (capacity_factor None:
 no limit). Assignments are admitted in priority order: every token's first choice in token order,
 then every second choice, ...; one that reaches a full expert is dropped and adds nothing (the
@@ -27,6 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sim.collectives.ops import Pieces
 from sim.numerics.layers import INIT_STD, mlp_backward, mlp_forward
 
 MLP_PARAMS = ("fc.w", "fc.b", "proj.w", "proj.b")
@@ -34,16 +39,31 @@ MLP_PARAMS = ("fc.w", "fc.b", "proj.w", "proj.b")
 
 @dataclass(frozen=True)
 class MoEConfig:
-    """The layer's knobs; `normalize` renormalizes the chosen probabilities (GShard, Mixtral)."""
+    """The layer's knobs; `normalize` renormalizes the chosen probabilities (GShard, Mixtral);
+    `selection_bias` (one per expert) shifts the top-k choice only; `group_tokens`: the tokens of
+    one routing group (GShard's group size; capacity applies per group), None: a call's tokens."""
 
     num_experts: int
     top_k: int = 1
     capacity_factor: float | None = None
     normalize: bool = False
     shared: bool = False
+    selection_bias: tuple[float, ...] | None = None
+    group_tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_routing(self.num_experts, self.top_k, self.capacity_factor)
+        if self.selection_bias is not None and len(self.selection_bias) != self.num_experts:
+            raise ValueError(f"selection_bias has {len(self.selection_bias)} entries for {self.num_experts} experts")
+        if self.group_tokens is not None and self.group_tokens < 1:
+            raise ValueError(f"group_tokens ({self.group_tokens}) must be >= 1")
+
+    def nominal_rows(self, tokens: int) -> int:
+        """Rows a group of `tokens` sends to the experts when balanced, what the cost model times:
+        T k, or with a capacity every expert's full buffer, E C (sim.cost.moe_routed_rows)."""
+        if self.capacity_factor is None:
+            return tokens * self.top_k
+        return self.num_experts * math.ceil(self.capacity_factor * tokens * self.top_k / self.num_experts)
 
 
 def check_routing(num_experts: int, top_k: int, capacity_factor: float | None) -> None:
@@ -101,14 +121,16 @@ class Routing(NamedTuple):
 
 
 def route(x2d: np.ndarray, w_gate: np.ndarray, top_k: int, capacity_factor: float | None,
-          normalize: bool) -> Routing:
-    """Top-k over softmax(x W_gate), then admission in priority order up to the capacity."""
+          normalize: bool, selection_bias: tuple[float, ...] | None = None) -> Routing:
+    """Top-k over softmax(x W_gate) (+ the selection bias), then admission in priority order up
+    to the capacity."""
     tokens, num_experts = x2d.shape[0], w_gate.shape[1]
     check_routing(num_experts, top_k, capacity_factor)
     logits = x2d @ w_gate  # (T, E)
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)  # (T, E)
-    experts = np.argsort(-probs, axis=1, kind="stable")[:, :top_k]  # (T, k); stable: ties -> lower index
+    scores = probs if selection_bias is None else probs + np.asarray(selection_bias)  # (T, E)
+    experts = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]  # (T, k); stable: ties -> lower index
     chosen = np.take_along_axis(probs, experts, axis=1)  # (T, k)
     weights = chosen / chosen.sum(axis=1, keepdims=True) if normalize else chosen
     by_priority = experts.T.reshape(-1)  # (k T,): priority q = j T + t
@@ -129,7 +151,7 @@ def _route_group(p, name, x2d, cfg: MoEConfig) -> Routing:
     w_gate = p[f"{name}.gate.w"]
     if w_gate.shape[1] != cfg.num_experts:
         raise ValueError(f"{name}.gate.w has {w_gate.shape[1]} experts, the config {cfg.num_experts}")
-    return route(x2d, w_gate, cfg.top_k, cfg.capacity_factor, cfg.normalize)
+    return route(x2d, w_gate, cfg.top_k, cfg.capacity_factor, cfg.normalize, cfg.selection_bias)
 
 
 # ---- the pieces both the reference and the EP shard run -------------------------------------------
@@ -195,22 +217,40 @@ def _combine_backward(dy, cache):
 # ---- single-device reference ----------------------------------------------------------------------
 
 def moe_forward(p, name, x, cfg: MoEConfig):
-    """One group x (b, s, h) -> y (b, s, h), every expert on this device."""
+    """x (b, s, h) -> y (b, s, h), every expert on this device. The b s tokens, in (b, s) order,
+    are routed in groups of cfg.group_tokens, each with its own capacity (one pipeline
+    microbatch's group per data-parallel rank, concatenated, gives that run's routing)."""
     b, s, h = x.shape
     x2d = x.reshape(-1, h)  # (T, h)
-    routing = _route_group(p, name, x2d, cfg)
-    out, c_experts = experts_forward(p, name, range(cfg.num_experts), x2d[routing.slot_tokens],
-                                     routing.tokens_per_expert)  # (A, h)
-    y, c_source = _combine(p, name, x2d, routing, out, cfg)
-    return y.reshape(b, s, h), (routing, c_source, c_experts)
+    size = cfg.group_tokens or len(x2d)
+    if len(x2d) % size:
+        raise ValueError(f"{name}: {len(x2d)} tokens do not split into routing groups of {size}")
+    ys, caches = [], []
+    for lo in range(0, len(x2d), size):
+        group = x2d[lo:lo + size]  # (G, h)
+        routing = _route_group(p, name, group, cfg)
+        out, c_experts = experts_forward(p, name, range(cfg.num_experts), group[routing.slot_tokens],
+                                         routing.tokens_per_expert)  # (A, h)
+        y, c_source = _combine(p, name, group, routing, out, cfg)
+        ys.append(y)
+        caches.append((routing, c_source, c_experts))
+    return np.concatenate(ys).reshape(b, s, h), caches
 
 
-def moe_backward(dout, cache):
-    routing, c_source, c_experts = cache
-    dx, drows, grads = _combine_backward(dout.reshape(-1, dout.shape[-1]), c_source)  # (T, h), (A, h)
-    dxrows, g_experts = experts_backward(drows, c_experts)  # (A, h)
-    np.add.at(dx, routing.slot_tokens, dxrows)
-    return dx.reshape(dout.shape), grads | g_experts
+def moe_backward(dout, caches):
+    """The groups' backward; their parameter gradients summed."""
+    d2d = dout.reshape(-1, dout.shape[-1])  # (T, h)
+    dxs, grads, lo = [], {}, 0
+    for routing, c_source, c_experts in caches:
+        hi = lo + len(routing.probs)
+        dx, drows, g = _combine_backward(d2d[lo:hi], c_source)  # (G, h), (A, h)
+        dxrows, g_experts = experts_backward(drows, c_experts)  # (A, h)
+        np.add.at(dx, routing.slot_tokens, dxrows)
+        dxs.append(dx)
+        for n, value in (g | g_experts).items():
+            grads[n] = grads[n] + value if n in grads else value
+        lo = hi
+    return np.concatenate(dxs).reshape(dout.shape), grads
 
 
 # ---- expert parallelism ---------------------------------------------------------------------------
@@ -230,8 +270,13 @@ class ExpertParallelMoE:
     grads are this rank's partials, which the caller sums over the EP ranks.
 
     `forward(x)` and `backward(dout)` are generators; each exchange is
-    `received = yield ("all_to_all", flat_send, counts_row)` with counts_row[j] the elements sent to
-    rank j and `received` the pieces 0->r, ..., (n-1)->r (sim.collectives.ops). In order:
+    `received = yield ("all_to_all", send)` with `received` the pieces 0->r, ..., (n-1)->r
+    (sim.collectives.ops). `send` is the counts (cut evenly), or `Pieces(flat, counts_row, shares)`:
+    counts_row[j] elements go to rank j and shares[j] is that piece's size as a fraction of the
+    exchange's even-routing size (rows to j / the group's nominal rows, `MoEConfig.nominal_rows`),
+    which lets a timed run size each piece by the real routing. The combines (3 and 5) are
+    `yield ("all_to_all", send, work)`: the rows this rank's experts just processed over their
+    even share, how much longer than the cost model's estimate the experts took. In order:
 
       forward  1. counts   (int64) to rank j: this group's admitted rows for each of j's experts.
                            Element counts alone cannot say which local expert a row is for, so the
@@ -261,36 +306,53 @@ class ExpertParallelMoE:
             raise RuntimeError(f"EP rank {self.rank}: a second forward before the backward of the first")
         b, s, h = x.shape
         x2d = x.reshape(-1, h)  # (T, h)
+        if self.cfg.group_tokens not in (None, len(x2d)):
+            raise ValueError(f"EP rank {self.rank}: {len(x2d)} tokens, but routing groups of {self.cfg.group_tokens}")
+        nominal = self.cfg.nominal_rows(len(x2d))
         routing = _route_group(self.params, self.name, x2d, self.cfg)
         per_rank = routing.tokens_per_expert.reshape(self.ep, -1)  # (ep, epr): rows for each rank's experts
-        received = yield ("all_to_all", per_rank.reshape(-1).astype(np.int64), [per_rank.shape[1]] * self.ep)
+        received = yield ("all_to_all", per_rank.reshape(-1).astype(np.int64))
         arrived = received.reshape(self.ep, -1)  # (ep, epr): rows from each source for each local expert
-        send_counts, back_counts = per_rank.sum(axis=1) * h, arrived.sum(axis=1) * h
-        received = yield ("all_to_all", x2d[routing.slot_tokens].reshape(-1), send_counts)
+        send = (per_rank.sum(axis=1) * h, per_rank.sum(axis=1) / nominal)  # (counts, shares) per destination
+        back = (arrived.sum(axis=1) * h, arrived.sum(axis=1) / nominal)
+        received = yield ("all_to_all", Pieces(x2d[routing.slot_tokens].reshape(-1), *send))
         order = _expert_major(arrived)
         out, c_experts = experts_forward(self.params, self.name, self.experts, received.reshape(-1, h)[order],
                                          arrived.sum(axis=0))  # (R, h), expert-major
         in_arrival_order = np.empty_like(out)
         in_arrival_order[order] = out
-        out = yield ("all_to_all", in_arrival_order.reshape(-1), back_counts)
+        work = arrived.sum() / nominal
+        out = yield ("all_to_all", Pieces(in_arrival_order.reshape(-1), *back), work)
         y, c_source = _combine(self.params, self.name, x2d, routing, out.reshape(-1, h), self.cfg)
-        self._pending = (routing, c_source, c_experts, order, send_counts, back_counts)
+        self._pending = (routing, c_source, c_experts, order, send, back, work)
         return y.reshape(b, s, h)
 
     def backward(self, dout):
         """Generator of exchanges 4-5; returns (dx (b, s, h), grads of this rank's parameters)."""
         if self._pending is None:
             raise RuntimeError(f"EP rank {self.rank}: backward without a forward")
-        (routing, c_source, c_experts, order, send_counts, back_counts), self._pending = self._pending, None
+        (routing, c_source, c_experts, order, send, back, work), self._pending = self._pending, None
         h = dout.shape[-1]
         dx, drows, grads = _combine_backward(dout.reshape(-1, h), c_source)  # (T, h), (A, h)
-        received = yield ("all_to_all", drows.reshape(-1), send_counts)
+        received = yield ("all_to_all", Pieces(drows.reshape(-1), *send))
         dxrows, g_experts = experts_backward(received.reshape(-1, h)[order], c_experts)  # (R, h), expert-major
         in_arrival_order = np.empty_like(dxrows)
         in_arrival_order[order] = dxrows
-        dxrows = yield ("all_to_all", in_arrival_order.reshape(-1), back_counts)
+        dxrows = yield ("all_to_all", Pieces(in_arrival_order.reshape(-1), *back), work)
         np.add.at(dx, routing.slot_tokens, dxrows.reshape(-1, h))
         return dx.reshape(dout.shape), grads | g_experts
+
+
+def routing_summary(routings: list[Routing], num_experts: int) -> dict:
+    """What a run's routing did over all its MoE layers and groups: admitted rows per expert, the
+    share of assignments dropped over capacity, and the hottest expert's share of the rows."""
+    admitted = np.sum([r.tokens_per_expert for r in routings], axis=0, dtype=np.int64) if routings else \
+        np.zeros(num_experts, np.int64)
+    assigned = sum(r.experts.size for r in routings)
+    return {"tokens_per_expert": admitted.tolist(),
+            "dropped_token_rate": sum(r.dropped for r in routings) / assigned if assigned else 0.0,
+            "hottest_expert": int(np.argmax(admitted)),
+            "hottest_expert_share": float(admitted.max() / admitted.sum()) if admitted.sum() else 0.0}
 
 
 def traffic_matrix(routings: list[Routing], ep: int, experts_per_rank: int, bytes_per_token: float) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.numerics.moe import routing_summary
 from sim.numerics.optim import make_optimizer
 from sim.numerics.reference import reference_step
 from sim.numerics.stages import StageModel
@@ -60,12 +61,14 @@ class PipelineNumerics:
     def __init__(self, cfg: ShadowConfig, num_stages: int, num_microbatches: int, micro_batch_size: int,
                  stage_to_rank: dict[int, int], seed: int, optimizer: str = "adam", lr: float = 1e-3,
                  data: tuple[np.ndarray, np.ndarray] | None = None, recompute_full: bool = False,
-                 tp: int = 1, tp_rank: int = 0, sequence_parallel: bool = False):
+                 tp: int = 1, tp_rank: int = 0, sequence_parallel: bool = False, ep: int = 1, ep_rank: int = 0):
         """`data`: (tokens, targets), each (num_microbatches x micro_batch_size, seq_len), when the
         batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`.
         With `tp` > 1 this pipeline is tensor-parallel rank `tp_rank` of its group: its stages hold
         that rank's shards, and each forward and backward runs piece by piece (ops with `part`),
-        its tensor-parallel collectives (on the "tp" stream) carrying the pieces' partial results."""
+        its tensor-parallel collectives (on the "tp" stream) carrying the pieces' partial results.
+        With `ep` > 1 it is expert-parallel rank `ep_rank` of its MoE layers' groups: it holds
+        that rank's experts, and its tokens travel to them by all_to_all (on the "ep" stream)."""
         if num_microbatches < 1 or micro_batch_size < 1:
             raise ValueError(f"num_microbatches ({num_microbatches}) and micro_batch_size ({micro_batch_size}) "
                              "must be >= 1")
@@ -83,9 +86,11 @@ class PipelineNumerics:
         self.tokens, self.targets = data or make_batch(cfg, seed, num_microbatches * micro_batch_size)  # (m*b, s)
         params = init_params(cfg, seed)
         self.tp = tp
-        if tp > 1:
+        self.in_pieces = tp > 1 or ep > 1  # stages run as generators that yield their collectives
+        if self.in_pieces:
             self.stages = [TensorParallelStage(cfg, s, num_stages, params, num_microbatches, tp, tp_rank,
-                                               sequence_parallel, recompute_full) for s in range(num_stages)]
+                                               sequence_parallel, recompute_full, ep=ep, ep_rank=ep_rank)
+                           for s in range(num_stages)]
         else:
             self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full)
                            for s in range(num_stages)]
@@ -117,10 +122,9 @@ class PipelineNumerics:
         s, mb = op.stage, op.microbatch
         if self.stage_to_rank.get(s) != rank:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} lives on rank {self.stage_to_rank.get(s)}")
-        if (op.part is not None) != (self.tp > 1 and op.phase != "OPT"):
-            raise RuntimeError(f"rank {rank}, {op.label}: with tensor parallelism {self.tp}, forwards and backwards "
-                               f"run in pieces, {'and' if self.tp > 1 else 'but'} this op is "
-                               f"{'whole' if op.part is None else 'a piece'}")
+        if op.part is not None and not self.in_pieces:
+            raise RuntimeError(f"rank {rank}, {op.label}: a piece, but this pipeline has no tensor- or expert-"
+                               "parallel collective to cut its ops at")
         if op.part:
             return self._resume(rank, op, self.answers.pop(rank, None))
         stage = self.stages[s]
@@ -138,9 +142,17 @@ class PipelineNumerics:
             return True
         else:
             raise RuntimeError(f"rank {rank}, {op.label}: unknown phase {op.phase!r}")
-        if op.part is None:  # whole: `run` is the result
+        if not self.in_pieces:  # `run` is the result
             self._keep(rank, op, run)
             return True
+        if op.part is None:  # a whole op of a generator stage: no collective inside
+            try:
+                request = next(run)
+            except StopIteration as finished:
+                self._keep(rank, op, finished.value)
+                return True
+            raise RuntimeError(f"rank {rank}, {op.label}: asks for {request[0]}, but the program has no "
+                               "collective inside this op")
         self.running[rank] = (op.label.rpartition(".")[0], run, None)
         return self._resume(rank, op, None)
 
@@ -168,6 +180,12 @@ class PipelineNumerics:
             return True
         self.running[rank] = (whole, run, request)
         return False
+
+    def work(self, rank: int, op) -> float:
+        """The piece just run's work over the cost model's estimate: an MoE experts piece's rows
+        over its even share (the exchange ending it says), else 1.0."""
+        request = self.running[rank][2] if op.part is not None and rank in self.running else None
+        return request[2] if request is not None and len(request) > 2 else 1.0
 
     def tensor_parallel_input(self, rank: int, op) -> np.ndarray:
         """This rank's input to the tensor-parallel collective `op`: what its op in progress asked
@@ -246,4 +264,5 @@ class PipelineNumerics:
             "loss": float(np.mean([losses[mb] for mb in range(self.num_microbatches)])),
             "reference_loss": ref.loss,
             "params_compared": len(params),
+            **(routing_summary(ref.routings, self.cfg.moe.num_experts) if self.cfg.moe else {}),
         }

@@ -12,20 +12,23 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.numerics.optim import make_optimizer
-from sim.numerics.transformer import ShadowConfig, loss_and_grads
+from sim.numerics.moe import Routing
+from sim.numerics.transformer import ShadowConfig, model_backward, model_forward, moe_routings
 
 
 class ReferenceResult(NamedTuple):
     params: dict[str, np.ndarray]  # after the optimizer step
     grads: dict[str, np.ndarray]  # dloss/dparam at the initial parameters
     loss: float  # mean token loss at the initial parameters
+    routings: list[Routing]  # every MoE layer's routing groups, layer by layer
 
 
 def reference_step(cfg: ShadowConfig, params: dict[str, np.ndarray], tokens: np.ndarray, targets: np.ndarray,
                    optimizer: str, lr: float) -> ReferenceResult:
     """Forward + backward of tokens (B, s) against targets (B, s), then one step of `optimizer`.
     `params` is not modified; the result holds updated copies."""
-    loss, grads = loss_and_grads(params, cfg, tokens, targets)
+    loss, tape = model_forward(params, cfg, tokens, range(cfg.layers), embed=True, targets=targets)
+    _, grads = model_backward(1.0, tape)
     updated = {name: value.copy() for name, value in params.items()}
     make_optimizer(optimizer, lr).step(updated, grads)
-    return ReferenceResult(updated, grads, loss)
+    return ReferenceResult(updated, grads, loss, moe_routings(tape))

@@ -24,6 +24,7 @@ import numpy as np
 
 from sim.numerics.stages import StageChecks, stage_layers, stage_param_names
 from sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
+from sim.numerics.moe import ExpertParallelMoE
 from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
                                       layernorm_backward, layernorm_forward)
 
@@ -110,11 +111,13 @@ class TensorParallelStage(StageChecks):
 
     def __init__(self, cfg: ShadowConfig, stage: int, num_stages: int, params: dict[str, np.ndarray],
                  num_microbatches: int, tp: int, k: int, sequence_parallel: bool = False,
-                 recompute_full: bool = False):
+                 recompute_full: bool = False, *, ep: int = 1, ep_rank: int = 0):
         """`recompute_full`: keep only each microbatch's input and run the forward (with its
-        collectives) again at the start of the backward."""
-        if cfg.moe_layers:
+        collectives) again at the start of the backward. `ep`, `ep_rank`: this rank's place in
+        its MoE layers' expert-parallel groups (ExpertParallelMoE); tp 1 runs no TP collective."""
+        if cfg.moe_layers and tp > 1:
             raise ValueError("the shadow model's MoE layers are not tensor-parallel yet")
+        self.ep, self.ep_rank = ep, ep_rank
         self.cfg = cfg
         self.stage = stage
         self.num_stages = num_stages
@@ -210,13 +213,15 @@ class TensorParallelStage(StageChecks):
 
     def _enter_tp(self, x):
         """f: before a column-parallel layer; SP gathers the sequence chunks (b, s/t, h) -> (b, s, h)."""
-        if not self.sequence_parallel:
+        if self.tp == 1 or not self.sequence_parallel:
             return x
         b, _, h = x.shape
         return _batch_major((yield ("all_gather", _seq_major(x))), b, h)
 
     def _leave_tp(self, x):
         """g: after a row-parallel layer, sum the ranks' partial (b, s, h); SP keeps chunk k (b, s/t, h)."""
+        if self.tp == 1:
+            return x
         if not self.sequence_parallel:
             return (yield ("all_reduce", x))
         b, _, h = x.shape
@@ -268,15 +273,23 @@ class TensorParallelStage(StageChecks):
         y, c_att = attention_core_forward(qkv, self.cfg.heads // self.tp)  # (b, s, h/t)
         x = x + (yield from self._row_forward(f"{n}.attn.proj", y))
         m, c_ln2 = layernorm_forward(self.params, f"{n}.ln2", x)
+        if int(n[len("layer"):]) in self.cfg.moe_layers:  # tp == 1: the tokens go to their experts' ranks
+            moe = ExpertParallelMoE(self.params, f"{n}.moe", self.cfg.moe, self.ep, self.ep_rank)
+            x = x + (yield from moe.forward(m))
+            return x, (n, c_ln1, c_qkv, c_att, y, c_ln2, moe)
         u, c_fc = yield from self._column_forward(f"{n}.mlp.fc", m)  # (b, s, ffn/t)
         x = x + (yield from self._row_forward(f"{n}.mlp.proj", gelu(u)))
-        return x, (n, c_ln1, c_qkv, c_att, y, c_ln2, c_fc, u)
+        return x, (n, c_ln1, c_qkv, c_att, y, c_ln2, (c_fc, u))
 
     def _block_backward(self, dout, cache):
-        n, c_ln1, c_qkv, c_att, y, c_ln2, c_fc, u = cache
-        dg, grads = yield from self._row_backward(f"{n}.mlp.proj", dout, gelu(u))  # (b, s, ffn/t)
-        dm, g = yield from self._column_backward(dg * gelu_grad(u), c_fc)
-        grads |= g
+        n, c_ln1, c_qkv, c_att, y, c_ln2, mlp = cache
+        if isinstance(mlp, ExpertParallelMoE):
+            dm, grads = yield from mlp.backward(dout)
+        else:
+            c_fc, u = mlp
+            dg, grads = yield from self._row_backward(f"{n}.mlp.proj", dout, gelu(u))  # (b, s, ffn/t)
+            dm, g = yield from self._column_backward(dg * gelu_grad(u), c_fc)
+            grads |= g
         dm, g = layernorm_backward(dm, c_ln2)
         dmid = dout + dm  # (b, s, h) or (b, s/t, h)
         grads |= g
@@ -298,7 +311,9 @@ class TensorParallelStage(StageChecks):
         zmax = z.max(axis=-1)  # (b, s)
         lse_k = zmax + np.log(np.exp(z - zmax[..., None]).sum(axis=-1))  # (b, s)
         picked = np.take_along_axis(z, np.where(inside, local, 0)[..., None], axis=-1)[..., 0]  # (b, s)
-        parts = yield ("all_gather", np.stack([lse_k, np.where(inside, picked, 0)]).reshape(-1))
+        parts = np.stack([lse_k, np.where(inside, picked, 0)]).reshape(-1)  # (2 b s,)
+        if self.tp > 1:
+            parts = yield ("all_gather", parts)
         parts = parts.reshape(self.tp, 2, *targets.shape)  # (t, 2, b, s)
         top = parts[:, 0].max(axis=0)
         lse = top + np.log(np.exp(parts[:, 0] - top).sum(axis=0))  # (b, s)

@@ -255,6 +255,12 @@ def model_backward(dout, tape):
     return dout, grads
 
 
+def moe_routings(tape) -> list:
+    """The routing of every MoE layer's groups on a forward tape, layer by layer."""
+    return [routing for backward, cache in tape if backward is block_backward and cache[3] is moe_backward
+            for routing, _, _ in cache[4]]
+
+
 def loss_and_grads(p, cfg: ShadowConfig, tokens, targets):
     """The whole model: mean token loss and dloss/dparam for every parameter."""
     loss, tape = model_forward(p, cfg, tokens, range(cfg.layers), embed=True, targets=targets)
