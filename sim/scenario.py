@@ -381,7 +381,8 @@ class ParallelSection(_Section):
         ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)")
     ep: int = Field(1, gt=0, description="expert-parallel degree: each MoE layer's experts are spread over ep "
                                          "ranks carved out of the data-parallel group (ep divides dp and "
-                                         "model.moe.experts); experts stay split tp ways like the dense MLP")
+                                         "model.moe.experts); each tensor-parallel rank holds its experts whole and routes "
+                                         "1/tp of the tokens")
 
     @field_validator("order")
     @classmethod
@@ -501,12 +502,14 @@ class Scenario(_Section):
 
     def _check_expert_parallel(self) -> None:
         """Layout rule (DeepSpeed-MoE; Megatron-Core's expert parallelism with expert tensor parallel
-        = tp): the dp ranks holding one (stage, tp shard) form dp / ep expert-parallel groups of ep
+        1): the dp ranks holding one (stage, tp shard) form dp / ep expert-parallel groups of ep
         consecutive dp indices; EP rank r of a group holds experts r E/ep .. (r + 1) E/ep - 1 of
-        every MoE layer, each split tp ways; the dp / ep ranks holding the same experts reduce their
-        gradients (and share their ZeRO shards). So ep must divide both dp and the expert count.
-        (Megatron-Core with expert tensor parallel 1 can also spread experts over the tp ranks,
-        ep | dp x tp; that layout is not modelled.)"""
+        every MoE layer whole. A tensor-parallel group splits an MoE layer's tokens, not its
+        experts: each of its tp ranks routes and dispatches 1/tp of a microbatch's tokens, so tp
+        must divide them, and the experts' gradients are summed over the tp ranks, then reduced
+        among the dp / ep ranks holding the same experts (which also share their ZeRO shards). So
+        ep must divide both dp and the expert count. (Megatron-Core can also spread the experts
+        over the tp ranks, ep | dp x tp; that layout is not modelled.)"""
         m, p = self.model, self.parallel
         if m.moe is None:
             if p.ep > 1:
@@ -520,17 +523,23 @@ class Scenario(_Section):
             raise _FieldError("parallel.ep", (
                 f"{p.ep} does not divide parallel.dp ({p.dp}): expert-parallel groups are carved out of the "
                 "data-parallel group"))
-        if m.moe.expert_ffn % p.tp:
-            raise _FieldError("parallel.tp", f"{p.tp} does not divide model.moe.expert_ffn ({m.moe.expert_ffn})")
+        t, n = self.training, self.numerics
+        if (t.micro_batch * self.model_spec.seq_len) % p.tp:
+            raise _FieldError("parallel.tp", (
+                f"{p.tp} does not divide training.micro_batch ({t.micro_batch}) x model.seq_len "
+                f"({self.model_spec.seq_len}) = {t.micro_batch * self.model_spec.seq_len} tokens: each "
+                "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts"))
         if p.ep > 1 and p.zero == 3:
             raise _FieldError("parallel.zero", "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
                               "expert weights among the ranks holding them); use zero 0, 1 or 2")
-        if self.numerics.enabled:  # what the shadow model's experts can do so far
-            unsupported = ("parallel.tp > 1 (its experts are not split)" if p.tp > 1 else
-                           "more than one shared expert" if m.moe.shared_experts > 1 else None)
-            if unsupported:
-                raise _FieldError("numerics.enabled", f"the shadow model's experts do not support {unsupported} "
-                                  "yet: set numerics.enabled: false (the MoE layers are still timed)")
+        if n.enabled and (n.micro_batch * n.seq_len) % p.tp:
+            raise _FieldError("numerics.seq_len", (
+                f"{n.seq_len} x numerics.micro_batch ({n.micro_batch}) = {n.micro_batch * n.seq_len} tokens is "
+                f"not divisible by parallel.tp ({p.tp}): each tensor-parallel rank of the shadow model routes "
+                "1/tp of a microbatch's tokens"))
+        if n.enabled and m.moe.shared_experts > 1:  # what the shadow model's experts can do so far
+            raise _FieldError("numerics.enabled", "the shadow model's experts do not support more than one shared "
+                              "expert yet: set numerics.enabled: false (the MoE layers are still timed)")
 
     @property
     def num_gpus(self) -> int:

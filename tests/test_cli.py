@@ -72,10 +72,11 @@ BAD_INPUTS = [
     ("ep_not_dividing_dp", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
      .replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep",
      r"2 does not divide parallel.dp \(1\): expert-parallel groups are carved out of the data-parallel group"),
-    ("moe_numerics_with_tp_not_yet",
+    ("moe_shadow_tokens_not_divisible_by_tp",
      GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
-     .replace("  pp: 4", "  pp: 2").replace("  tp: 1", "  tp: 2"),
-     "numerics.enabled", r"the shadow model's experts do not support parallel.tp > 1"),
+     .replace("  pp: 4", "  pp: 2").replace("  tp: 1", "  tp: 2") + "  seq_len: 7\n  micro_batch: 1\n",
+     "numerics.seq_len", r"7 x numerics.micro_batch \(1\) = 7 tokens is not divisible by parallel.tp \(2\): each "
+     "tensor-parallel rank of the shadow model routes 1/tp of a microbatch's tokens$"),
     ("hot_expert_on_a_dense_model", GOOD.replace("  enabled: true", "  enabled: true\n  hot_expert_bias: 0.1"),
      "numerics.hot_expert_bias", "needs an MoE model"),
 ]

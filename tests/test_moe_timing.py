@@ -1,12 +1,13 @@
 """MoE layers in the timed program: expert parallelism's all-to-alls (dispatch and combine, each
 way), their volume, their time against the collective benchmark, and the experts' gradients
-reduced among the ranks that hold the same experts. Tokens are routed evenly (the shadow model's
-gate does not route them yet), so every rank sends (ep - 1)/ep of its routed rows."""
+reduced among the ranks that hold the same experts. With numerics off tokens are routed evenly,
+so every rank sends (ep - 1)/ep of its routed rows."""
 
 import pytest
 
+from schedules.ir import Collective
 from sim.collectives.run import time_collective
-from sim.run import simulate
+from sim.run import make_program, simulate
 from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """
@@ -57,3 +58,17 @@ def test_expert_gradients_are_reduced_among_the_ranks_holding_the_same_experts()
     dense = total - expert
     sent = summary["comm_bytes_sent_per_rank"]["0"]["dp"]
     assert sent == pytest.approx(2 * 3 / 4 * dense + 2 * 1 / 2 * expert, rel=1e-9)
+
+
+def test_tensor_parallelism_splits_the_tokens_and_sums_the_whole_experts_gradients_over_tp():
+    """dp 4, ep 2, tp 2: each tensor-parallel rank routes half of a microbatch's tokens through
+    whole experts, so before the step the tp pair sums its gradients of every MoE layer's router
+    and of its 4 experts; the experts' are then reduced between the 2 ranks holding them, whole."""
+    text = SCENARIO.format(gpus=8, dp=4, ep=2, every=1, global_batch=8).replace("ep: 2,", "ep: 2, tp: 2,")
+    program = make_program(load_scenario_text(text, "moe.yaml"))
+    sizes = {op.tag: op.nbytes for op in program.ops[0] if isinstance(op, Collective) and "grads" in op.tag}
+    h, f, e, layers = H, 2048, 8, 4
+    expert = (2 * h * f + f + h) * e // 2 * layers * BF16  # 134_316_032: the 4 experts, every layer, not split
+    router = h * e * layers * BF16  # 65_536
+    assert sizes["tp@d0.grads@0"] == expert + router  # 134_381_568
+    assert sizes["egrads@0.t0.r0.b0"] == expert

@@ -64,22 +64,31 @@ MOE_CASES = [(1, 1, 1, 1, None, 0, 0), (2, 1, 1, 2, None, 0, 0), (2, 2, 1, 2, No
              (2, 2, 1, 2, 0.5, 0, 2),
              (1, 2, 2, 1, None, 0, 0), (2, 2, 2, 2, 0.5, 1, 1), (1, 4, 2, 2, None, 0, 2), (2, 4, 2, 1, 0.5, 0, 0),
              (1, 4, 4, 2, 0.5, 1, 0), (2, 4, 4, 1, None, 0, 1), (1, 8, 4, 1, 1.0, 0, 2)]
+# (tp, sequence parallel, then as above): each tensor-parallel rank routes 16 / tp of a
+# microbatch's tokens through whole experts (C = ceil(0.5 x 16/tp x k / 8) with capacity 0.5)
+MOE_TP_CASES = [(2, False, 1, 1, 1, 1, None, 0, 0), (2, True, 2, 1, 1, 2, 0.5, 1, 0),
+                (2, False, 2, 2, 1, 2, None, 0, 1), (2, True, 1, 2, 2, 1, 0.5, 0, 0),
+                (2, False, 1, 2, 2, 2, 0.5, 1, 2), (2, True, 2, 2, 2, 2, None, 0, 2),
+                (2, False, 1, 4, 2, 1, None, 1, 1), (2, True, 1, 4, 4, 2, 1.0, 0, 1),
+                (4, True, 1, 2, 2, 2, 0.5, 1, 1)]
 
 
-def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True):
-    text = MOE_SCENARIO.format(gpus=pp * dp, global_batch=2 * pp * dp, recompute="none", tp=1, pp=pp, dp=dp, ep=ep,
-                               virtual=1, zero=zero, sp="false", schedule="1f1b", top_k=top_k, shared=shared,
-                               capacity="null" if capacity is None else capacity, bias=bias)
+def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True, tp=1, sp=False):
+    text = MOE_SCENARIO.format(gpus=tp * pp * dp, global_batch=2 * pp * dp, recompute="none", tp=tp, pp=pp, dp=dp,
+                               ep=ep, virtual=1, zero=zero, sp=str(sp).lower(), schedule="1f1b", top_k=top_k,
+                               shared=shared, capacity="null" if capacity is None else capacity, bias=bias)
     text = text.replace("numerics: {", f"numerics: {{enabled: {str(numerics).lower()}, ")
     return simulate(load_scenario_text(text, "moe.yaml"))
 
 
-@pytest.mark.parametrize("pp,dp,ep,top_k,capacity,shared,zero", MOE_CASES)
-def test_moe_layers_match_one_device(pp, dp, ep, top_k, capacity, shared, zero):
+@pytest.mark.parametrize("tp,sp,pp,dp,ep,top_k,capacity,shared,zero",
+                         [(1, False, *case) for case in MOE_CASES] + MOE_TP_CASES)
+def test_moe_layers_match_one_device(tp, sp, pp, dp, ep, top_k, capacity, shared, zero):
     """The shadow model's MoE layers (every second layer, 8 experts, Switch top-1 or Mixtral-style
-    renormalised top-2, with and without a shared expert and token dropping), pipelined and data-
-    parallel, with the tokens travelling to their experts' ranks by the engine's all-to-alls."""
-    summary = moe_run(pp, dp, ep, top_k, capacity, shared, zero).summary
+    renormalised top-2, with and without a shared expert and token dropping), pipelined, data- and
+    tensor-parallel (sequence parallel on and off), with the tokens travelling to their experts'
+    ranks by the engine's all-to-alls."""
+    summary = moe_run(pp, dp, ep, top_k, capacity, shared, zero, tp=tp, sp=sp).summary
     assert summary["numerics_max_rel_err"] < 1e-10
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
 

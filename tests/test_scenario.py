@@ -37,7 +37,7 @@ BASE = {
 DELETE = object()
 
 
-NO_NUMERICS = ("numerics.enabled", False)  # the shadow model has no experts yet: MoE scenarios need it off
+NO_NUMERICS = ("numerics.enabled", False)  # these presets' shapes are checked, not their shadow runs
 
 
 def variant(*changes) -> str:
@@ -357,9 +357,12 @@ BAD = [
                                                ("parallel.tp", 2), ("parallel.ep", 2)),
      "parallel.ep", r"2 does not divide parallel\.dp \(1\)"),
     ("ep_zero", variant(("parallel.ep", 0)), "parallel.ep", r"must be > 0, got 0$"),
-    ("tp_not_dividing_expert_ffn", variant(("model.moe", {"experts": 4, "top_k": 2, "expert_ffn": 1022}),
-                                           ("parallel.pp", 1), ("parallel.tp", 4)),
-     "parallel.tp", r"4 does not divide model\.moe\.expert_ffn \(1022\)$"),
+    # tensor parallelism splits an MoE layer's tokens (whole experts on every rank), not expert_ffn
+    ("tp_not_dividing_moe_tokens", variant(("model", {"layers": 8, "hidden": 512, "heads": 8, "seq_len": 126,
+                                                      "vocab": 1000, "moe": {"experts": 4, "top_k": 2}}),
+                                           ("training.micro_batch", 1), ("parallel.pp", 1), ("parallel.tp", 4)),
+     "parallel.tp", re.escape("4 does not divide training.micro_batch (1) x model.seq_len (126) = 126 tokens: each "
+                              "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts") + "$"),
 ]
 
 

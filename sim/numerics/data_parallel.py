@@ -35,7 +35,7 @@ from sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
 from sim.numerics.reference import reference_step
 from schedules.tensor_parallel import EP_STREAM, TP_STREAM
 from sim.collectives.steps import split_bounds
-from sim.numerics.tensor_parallel import unshard_params
+from sim.numerics.tensor_parallel import is_sharded, unshard_params
 from sim.numerics.transformer import ShadowConfig, init_params
 
 _TAG = re.compile(r"(?P<what>e?grads|e?params)@(?P<stage>\d+)\.t\d+(?:\.r\d+)?\.(?:b(?P<bucket>\d+)|(?P<op>.+))$")
@@ -233,15 +233,20 @@ class DataParallelNumerics:
 
     def finish(self) -> dict:
         """Every replica's weights (ZeRO 3: put together from every rank's chunks; tensor
-        parallelism: from every rank's shards) against one device on the global batch."""
+        parallelism: from every rank's shards, and each rank's whole copies) against one device on
+        the global batch."""
         ref = reference_step(self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets,
                              self.optimizer, self.lr)
         worst_abs = worst_rel = 0.0
         for d in range(self.dp):
             shards = [self._pipeline_params(d * self.tp + k) for k in range(self.tp)]
             params = unshard_params(shards, self.cfg, self.tp) if self.tp > 1 else shards[0]
-            abs_err, rel_err = max_errors(params, ref.params)
-            worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+            # unshard_params takes the whole parameters from tensor-parallel rank 0: the other
+            # ranks' copies must have come out equal too (their partial gradients were summed)
+            copies = [{name: value for name, value in shard.items() if not is_sharded(name)} for shard in shards[1:]]
+            for got in [params, *copies]:
+                abs_err, rel_err = max_errors(got, ref.params)
+                worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
         losses = [np.mean(list(r.stages[-1].losses.values())) for r in self.replicas]
         return {"max_abs_err": worst_abs, "max_rel_err": worst_rel, "loss": float(np.mean(losses)),
                 "reference_loss": ref.loss, "params_compared": len(ref.params), "replicas": self.dp,

@@ -267,7 +267,9 @@ def _expert_major(arrived: np.ndarray) -> np.ndarray:
 class ExpertParallelMoE:
     """One EP rank: its tokens' group, its experts (`experts_of_rank`), a replica of W_gate and of
     the shared expert. Expert grads are complete on the owning rank; W_gate and shared-expert
-    grads are this rank's partials, which the caller sums over the EP ranks.
+    grads are this rank's partials, which the caller sums over the EP ranks. (Under tensor
+    parallelism each TP rank runs this on its share of the tokens, so every grad here is also a
+    partial over the TP ranks: TensorParallelStage.grad_sync sums them.)
 
     `forward(x)` and `backward(dout)` are generators; each exchange is
     `received = yield ("all_to_all", send)` with `received` the pieces 0->r, ..., (n-1)->r

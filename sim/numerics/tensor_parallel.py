@@ -11,6 +11,14 @@ sequence parallelism the activations outside those regions are split along the s
 an all-gather (reduce-scatter backward) and g a reduce-scatter (all-gather backward). f and g are
 each other's backward, so `_enter_tp` and `_leave_tp` below serve both directions.
 
+An MoE MLP splits the tokens, not the experts (Megatron-Core with expert tensor parallel 1): inside
+f and g, rank k routes chunk k of the microbatch's T = b s tokens, (b, s) order, with whole experts
+
+    Y = g( [0; ...; MoE(X_k); ...; 0] ),   X = f(LN2(x)) = [X_0; ...; X_{t-1}],  X_k (T/t, h)
+
+so its gate, shared expert and experts see only their rank's tokens, and their gradients are
+partial sums over the group, summed once per step by `grad_sync`.
+
 `forward`, `backward` and `grad_sync` return generators: when the math needs a collective the
 generator yields (kind, this rank's input in sim/collectives/ops.py's meaning) and is sent the
 rank's output; its return value (StopIteration.value) is the op's result. A caller drives the t
@@ -19,12 +27,13 @@ ranks' generators in lockstep; they share no mutable state.
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import numpy as np
 
 from sim.numerics.stages import StageChecks, stage_layers, stage_param_names
 from sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
-from sim.numerics.moe import ExpertParallelMoE
+from sim.numerics.moe import ExpertParallelMoE, experts_of_rank, moe_backward, moe_forward
 from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
                                       layernorm_backward, layernorm_forward)
 
@@ -41,6 +50,11 @@ SHARDED = {
 def _kind(name: str) -> str:
     """"layer3.attn.qkv.w" -> "attn.qkv.w"; non-layer names are their own kind."""
     return name.partition(".")[2] if name.startswith("layer") else name
+
+
+def is_sharded(name: str) -> bool:
+    """Whether each rank holds a piece of parameter `name` (else a whole copy)."""
+    return _kind(name) in SHARDED
 
 
 def check_tp_degree(cfg: ShadowConfig, tp: int) -> None:
@@ -101,6 +115,15 @@ def _flat2(x):
     return x.reshape(-1, x.shape[-1])  # (b*s, last)
 
 
+class _MoECache(NamedTuple):
+    """What an MoE MLP's backward needs: the expert path's state (an ExpertParallelMoE, or
+    moe_forward's caches when ep = 1) and this rank's token rows [lo, lo + rows) of the T."""
+
+    inner: object
+    lo: int
+    rows: int
+
+
 class TensorParallelStage(StageChecks):
     """Tensor-parallel rank k of one pipeline stage (StageModel's layers, interface and checks).
 
@@ -115,8 +138,6 @@ class TensorParallelStage(StageChecks):
         """`recompute_full`: keep only each microbatch's input and run the forward (with its
         collectives) again at the start of the backward. `ep`, `ep_rank`: this rank's place in
         its MoE layers' expert-parallel groups (ExpertParallelMoE); tp 1 runs no TP collective."""
-        if cfg.moe_layers and tp > 1:
-            raise ValueError("the shadow model's MoE layers are not tensor-parallel yet")
         self.ep, self.ep_rank = ep, ep_rank
         self.cfg = cfg
         self.stage = stage
@@ -155,10 +176,10 @@ class TensorParallelStage(StageChecks):
         return self._backward(mb, seed, self._tapes.pop(mb))
 
     def grad_sync(self):
-        """Generator summing over the group the gradients that sequence parallelism leaves partial:
-        every replicated parameter but embed.pos (layernorm g and b, attn.proj.b, mlp.proj.b, final_ln
-        g and b), as they act on sequence chunks. Run it once per step, after the last backward and
-        before the optimizer. Without sequence parallelism every gradient is whole: it yields nothing."""
+        """Generator summing over the group the gradients each rank computed from its own share of
+        the tokens (`partial_grad_names`). Run it once per step, after the last backward and before
+        the optimizer (the program has it for tp > 1; over one rank it changes nothing). When every
+        gradient is whole (no sequence parallelism, no MoE layer) it yields nothing."""
         if self.missing_backward():
             raise RuntimeError(f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the backward of "
                                f"microbatches {self.missing_backward()}")
@@ -198,10 +219,28 @@ class TensorParallelStage(StageChecks):
         self.backward_done.add(mb)
         return dout
 
+    def partial_grad_names(self) -> list[str]:
+        """The gradients left partial over the group: each MoE layer's gate, shared expert and this
+        EP rank's experts (token split); with sequence parallelism also every other replicated
+        parameter but embed.pos (layernorm g and b, attn.proj.b, mlp.proj.b, final_ln g and b), as
+        they act on sequence chunks. The other EP ranks' experts are left out: this rank never
+        runs them, so their gradients are zero here, and summing zeros would only cost bytes the
+        program's sum (sim.run.partial_grad_params: E/ep experts per layer) does not carry."""
+        own = {f"expert{e}" for e in experts_of_rank(self.ep_rank, self.cfg.moe.num_experts, self.ep)} \
+            if self.cfg.moe else set()
+
+        def partial(name: str) -> bool:
+            if ".moe." in name:  # layer{L}.moe.{gate | shared | expert{e}}.*
+                owner = name.split(".")[2]
+                return not owner.startswith("expert") or owner in own
+            return self.sequence_parallel and not is_sharded(name) and name != "embed.pos"
+
+        return [name for name in self.grads if partial(name)]
+
     def _grad_sync(self):
-        if not self.sequence_parallel:
+        names = self.partial_grad_names()
+        if not names:
             return
-        names = [n for n in self.grads if _kind(n) not in SHARDED and n != "embed.pos"]
         total = yield ("all_reduce", np.concatenate([self.grads[n].reshape(-1) for n in names]))
         offset = 0
         for n in names:
@@ -273,18 +312,17 @@ class TensorParallelStage(StageChecks):
         y, c_att = attention_core_forward(qkv, self.cfg.heads // self.tp)  # (b, s, h/t)
         x = x + (yield from self._row_forward(f"{n}.attn.proj", y))
         m, c_ln2 = layernorm_forward(self.params, f"{n}.ln2", x)
-        if int(n[len("layer"):]) in self.cfg.moe_layers:  # tp == 1: the tokens go to their experts' ranks
-            moe = ExpertParallelMoE(self.params, f"{n}.moe", self.cfg.moe, self.ep, self.ep_rank)
-            x = x + (yield from moe.forward(m))
-            return x, (n, c_ln1, c_qkv, c_att, y, c_ln2, moe)
+        if int(n[len("layer"):]) in self.cfg.moe_layers:
+            y_moe, c_moe = yield from self._moe_forward(f"{n}.moe", m)
+            return x + y_moe, (n, c_ln1, c_qkv, c_att, y, c_ln2, c_moe)
         u, c_fc = yield from self._column_forward(f"{n}.mlp.fc", m)  # (b, s, ffn/t)
         x = x + (yield from self._row_forward(f"{n}.mlp.proj", gelu(u)))
         return x, (n, c_ln1, c_qkv, c_att, y, c_ln2, (c_fc, u))
 
     def _block_backward(self, dout, cache):
         n, c_ln1, c_qkv, c_att, y, c_ln2, mlp = cache
-        if isinstance(mlp, ExpertParallelMoE):
-            dm, grads = yield from mlp.backward(dout)
+        if isinstance(mlp, _MoECache):
+            dm, grads = yield from self._moe_backward(dout, mlp)
         else:
             c_fc, u = mlp
             dg, grads = yield from self._row_backward(f"{n}.mlp.proj", dout, gelu(u))  # (b, s, ffn/t)
@@ -299,6 +337,38 @@ class TensorParallelStage(StageChecks):
         grads |= g
         da, g = layernorm_backward(da, c_ln1)
         return dmid + da, grads | g
+
+    def _moe_forward(self, name, m):
+        """Token split inside f and g: rank k's experts path on chunk k of the T = b s tokens;
+        m (b, s, h) or (b, s/t, h) -> y (b, s, h) or (b, s/t, h). With ep > 1 the chunk's rows
+        travel to their experts' ranks (ExpertParallelMoE), else every expert is here."""
+        full = yield from self._enter_tp(m)  # (b, s, h) on every rank
+        b, s, h = full.shape
+        rows = b * s // self.tp
+        lo = self.tp_rank * rows
+        mine = full.reshape(-1, h)[lo:lo + rows][None]  # (1, T/t, h)
+        if self.ep > 1:
+            moe = ExpertParallelMoE(self.params, name, self.cfg.moe, self.ep, self.ep_rank)
+            y, cache = (yield from moe.forward(mine)), moe
+        else:
+            y, cache = moe_forward(self.params, name, mine, self.cfg.moe)  # (1, T/t, h)
+        partial = np.zeros_like(full).reshape(-1, h)  # (T, h), zero outside chunk k
+        partial[lo:lo + rows] = y[0]
+        return (yield from self._leave_tp(partial.reshape(b, s, h))), _MoECache(cache, lo, rows)
+
+    def _moe_backward(self, dout, c: _MoECache):
+        """dL/dm from dout (b, s, h) or (b, s/t, h): f's backward gathers (SP), chunk k goes back
+        through the experts path, g's backward sums the ranks' partial dm."""
+        dfull = yield from self._enter_tp(dout)  # (b, s, h)
+        b, s, h = dfull.shape
+        dmine = dfull.reshape(-1, h)[c.lo:c.lo + c.rows][None]  # (1, T/t, h)
+        if isinstance(c.inner, ExpertParallelMoE):
+            dx, grads = yield from c.inner.backward(dmine)
+        else:
+            dx, grads = moe_backward(dmine, c.inner)  # (1, T/t, h)
+        partial = np.zeros_like(dfull).reshape(-1, h)  # (T, h)
+        partial[c.lo:c.lo + c.rows] = dx[0]
+        return (yield from self._leave_tp(partial.reshape(b, s, h))), grads
 
     def _head_forward(self, x, targets):
         """Final LN, vocab-parallel logits z_k (b, s, V/t), and the cross-entropy from one all-gather
