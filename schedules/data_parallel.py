@@ -96,7 +96,7 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
                            for what, members, total in sets(op.stage)
                            for tag, size in _buckets(what, total, bucket_bytes))
         ops[rank] = out
-    return Program(ops, program.num_stages, program.num_microbatches, program.stage_to_rank, program.replicas)
+    return dataclasses.replace(program, ops=ops)
 
 
 def _gradient_sets(layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes,

@@ -115,7 +115,9 @@ class Program:
     """rank -> ordered ops, plus the facts about the pipelines the validator needs.
 
     `stage_to_rank` places one pipeline's stages; with data parallelism every replica is a
-    pipeline of its own, and `replicas` lists each one's placement.
+    pipeline of its own, and `replicas` lists each one's placement. `images`: the program holds
+    representative ranks only; a collective's members it does not hold are their images, which
+    the engine runs alongside (sim.symmetry), so they never join in person.
     """
 
     ops: dict[int, list[Op]]
@@ -123,6 +125,11 @@ class Program:
     num_microbatches: int
     stage_to_rank: dict[int, int] = field(default_factory=dict)
     replicas: tuple[dict[int, int], ...] = ()
+    images: bool = False
+
+    def members(self, op: Collective) -> tuple[int, ...]:
+        """The members of `op`'s group that join in person: all, or those the program holds."""
+        return tuple(r for r in op.group if r in self.ops) if self.images else op.group
 
     @property
     def ranks(self) -> list[int]:
@@ -144,15 +151,16 @@ class Program:
             return op
         return Program({new_rank[r]: [moved(op) for op in ops] for r, ops in self.ops.items()}, self.num_stages,
                        self.num_microbatches, {s: new_rank[r] for s, r in self.stage_to_rank.items()},
-                       tuple({s: new_rank[r] for s, r in placement.items()} for placement in self.replicas))
+                       tuple({s: new_rank[r] for s, r in placement.items()} for placement in self.replicas),
+                       self.images)
 
     @staticmethod
-    def merge(pipelines: list[Program]) -> Program:
-        """Replicas side by side (disjoint ranks) as one Program."""
+    def merge(pipelines: list[Program], images: bool = False) -> Program:
+        """Replicas side by side (disjoint ranks) as one Program (`images`: they stand for more)."""
         ops = {rank: list(rank_ops) for p in pipelines for rank, rank_ops in p.ops.items()}
         first = pipelines[0]
         return Program(ops, first.num_stages, first.num_microbatches, dict(first.stage_to_rank),
-                       tuple(dict(p.stage_to_rank) for p in pipelines))
+                       tuple(dict(p.stage_to_rank) for p in pipelines), images)
 
     def to_text(self) -> str:
         """All ops, one per line, grouped by rank (`rank 0:` headers); `Program.parse` reads it back."""

@@ -124,13 +124,15 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
     `activation_bytes`: one (s, b, h) activation in bytes, what each activation collective moves
     (nccl-tests' size: the whole buffer). `item_flops(item, stage)`: FLOPs of a work item on one
     rank. `loss_gather_bytes`: the cross-entropy's gather of every rank's per-token statistics.
-    `grad_sync_bytes(stage)`: the replicated parameters' gradients summed over the group before the
-    optimizer step (sequence parallelism only). `alltoall_bytes`: one rank's send buffer of a
-    dispatch or combine (its routed token rows), spread evenly over the expert-parallel group;
-    `counts_bytes`: one rank's send buffer of the counts exchanged before each dispatch. Ops
-    that used a whole op's result (its send, the next stage on the same rank, data-parallel
-    reductions) wait for its last piece. With tp = 1 and no expert-parallel MoE layer there is
-    nothing to cut and the program is returned as it is.
+    `grad_sync_bytes(stage)`: the gradients each rank of the group computed from its own share of
+    the tokens, summed over the group once before the optimizer step: with sequence parallelism
+    the replicated parameters', and in a stage with MoE layers (whose tokens are split t ways, whole
+    experts on every rank) the routers', shared experts' and the rank's experts'.
+    `alltoall_bytes`: one rank's send buffer of a dispatch or combine (its routed token rows),
+    spread evenly over the expert-parallel group; `counts_bytes`: one rank's send buffer of the
+    counts exchanged before each dispatch. Ops that used a whole op's result (its send, the next
+    stage on the same rank, data-parallel reductions) wait for its last piece. With tp = 1 and no
+    expert-parallel MoE layer there is nothing to cut and the program is returned as it is.
     """
     cut = {stage: layout.tp > 1 or (layout.ep > 1 and any(stage_layers(stage))) for stage in range(program.num_stages)}
     if not any(cut.values()):
@@ -166,10 +168,11 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
                     out.append(collective)
                     deps = (collective.label,)
             renamed[op.label] = piece.label
-            if sequence_parallel and layout.tp > 1 and last_backward[op.stage] == op.label:  # the stream is in order
+            partial_grads = sequence_parallel or any(stage_layers(op.stage))
+            if layout.tp > 1 and partial_grads and last_backward[op.stage] == op.label:  # the stream is in order
                 sync = Collective("all_reduce", f"tp@d{d}.grads@{op.stage}", groups["tp"][0],
                                   grad_sync_bytes(op.stage), stream=TP_STREAM, deps=(piece.label,))
                 out.append(sync)
                 synced[op.stage] = sync.label
         ops[rank] = out
-    return Program(ops, program.num_stages, program.num_microbatches, program.stage_to_rank, program.replicas)
+    return dataclasses.replace(program, ops=ops)

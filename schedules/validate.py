@@ -191,7 +191,7 @@ def _check_collectives(program: Program) -> None:
                 seen[op.tag][rank] = (i, op)
     for tag, members in seen.items():
         first_rank, (_, first) = next(iter(members.items()))
-        for rank in first.group:
+        for rank in program.members(first):
             if rank not in members:
                 i, op = members[first_rank]
                 raise ProgramError(f"{_where(first_rank, i, op)}: member rank {rank} never joins it")
@@ -229,10 +229,10 @@ def _check_deadlock(program: Program) -> None:
             kind = type(op)
             if kind is Collective and all((rank, d) in done for d in op.deps) and rank not in joined[op.tag]:
                 joined[op.tag].add(rank)
-                if len(joined[op.tag]) == len(op.group):
+                if len(joined[op.tag]) == len(program.members(op)):
                     happened(("joined", op.tag))
             if (op.deps or kind is Collective or kind is Recv) and (
-                    blocker := _blocker(rank, op, done, sent, joined)) is not None:
+                    blocker := _blocker(program, rank, op, done, sent, joined)) is not None:
                 sleepers[blocker[0]].append(key)
                 break
             finished = (rank, op.label)
@@ -245,18 +245,18 @@ def _check_deadlock(program: Program) -> None:
             pos[key] += 1
     stuck = [(key, ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
     if stuck:
-        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(rank, op, done, sent, joined)[1]}"
+        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(program, rank, op, done, sent, joined)[1]}"
                           for (rank, stream), (i, op) in sorted(stuck, key=lambda s: s[0]))
         raise ProgramError(f"deadlock: {waits}")
 
 
-def _blocker(rank: int, op: Op, done: set, sent: set, joined: dict) -> tuple[tuple, str] | None:
+def _blocker(program: Program, rank: int, op: Op, done: set, sent: set, joined: dict) -> tuple[tuple, str] | None:
     """(the event op waits for, in words) or None if it can run."""
     for dep in op.deps:
         if (rank, dep) not in done:
             return ("done", rank, dep), dep
-    if isinstance(op, Collective) and len(joined[op.tag]) < len(op.group):
-        missing = [r for r in op.group if r not in joined[op.tag]]
+    if isinstance(op, Collective) and len(joined[op.tag]) < len(program.members(op)):
+        missing = [r for r in program.members(op) if r not in joined[op.tag]]
         return ("joined", op.tag), f"ranks {', '.join(map(str, missing))} to join {op.label}"
     if isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
         return ("sent", op.peer, rank, op.tag), f"SEND {op.label[5:]} on rank {op.peer}"

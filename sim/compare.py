@@ -137,8 +137,10 @@ def step_breakdown(log: EventLog, step_time_s: float | None = None,
         owner[active] = cat
     exposed = {k: np.bincount(seg_rank[owner == 1 + i], weights=seg_s[owner == 1 + i], minlength=ranks_n)[:ranks_n]
                for i, k in enumerate(EXPOSED_KINDS)}
-    return Breakdown(step, union[0], exposed, step - union[0] - sum(exposed.values()),
-                     {k: union[1 + i] for i, k in enumerate(EXPOSED_KINDS)})
+    ranks = log.averaged_ranks  # a symmetric run's representatives stand for every rank
+    exposed = {k: v[ranks] for k, v in exposed.items()}
+    return Breakdown(step, union[0][ranks], exposed, step - union[0][ranks] - sum(exposed.values()),
+                     {k: union[1 + i][ranks] for i, k in enumerate(EXPOSED_KINDS)})
 
 
 def alltoall_sizes(program: Program) -> dict[SpanKey, tuple[int, float]]:

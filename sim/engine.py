@@ -32,10 +32,11 @@ import simpy
 
 from schedules.ir import Collective, Compute, Op, Program, Recv, Send
 from sim.collectives.ops import unpack_pieces
-from sim.collectives.run import apply_collective, run_collective
+from sim.collectives.run import apply_collective, run_collective, run_images
 from sim.network import Network
 from sim.records import EventLog, Span
 from sim.shortcut import Shortcuts
+from sim.symmetry import Symmetry
 
 class _Done:
     """An op's end or a message's arrival that a walker needs before it is known: its time `at`
@@ -118,17 +119,22 @@ def _collector_paused():
 
 def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
                 rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None,
-                on_progress: Callable[[int], None] | None = None, shortcuts: Shortcuts | None = None) -> EventLog:
+                on_progress: Callable[[int], None] | None = None, shortcuts: Shortcuts | None = None,
+                symmetry: Symmetry | None = None) -> EventLog:
     """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck.
     `on_progress(ops done)` is called every PROGRESS_EVERY ops and at the end (a progress bar's
     hook; the engine itself prints nothing). `shortcuts`: replay the collectives of the groups it
-    allows instead of moving their flows again (sim.shortcut; the same times)."""
-    rank_to_gpu = rank_to_gpu or {rank: rank for rank in program.ranks}
+    allows instead of moving their flows again (sim.shortcut; the same times). `symmetry`: the
+    program holds representatives only (program.images); each of their messages and collectives
+    runs on all its images at once (sim.symmetry; ranks are GPUs then)."""
+    if symmetry is not None and (numerics is not None or not program.images or rank_to_gpu is not None):
+        raise ValueError("symmetry needs a program of representatives, ranks = GPUs and no numerics")
+    rank_to_gpu = rank_to_gpu or _Lazy(lambda rank: rank)  # ranks are GPUs
     with _collector_paused():
-        return _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, shortcuts)
+        return _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, shortcuts, symmetry)
 
 
-def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, shortcuts) -> EventLog:
+def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, shortcuts, symmetry) -> EventLog:
     env = network.env
     report_at = [PROGRESS_EVERY]
     spans: list[Span] = []
@@ -173,7 +179,7 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         """Join the collective `op.tag`; the last member to arrive starts it."""
         inputs, done = meetings.setdefault(op.tag, ({}, env.event()))
         inputs[rank] = numerics.collective_input(rank, op) if numerics is not None else None
-        if len(inputs) == len(op.group):  # everyone is in: the meeting (and its buffers) is the group's now
+        if len(inputs) == len(program.members(op)):  # all in: the meeting (and its buffers) is the group's now
             del meetings[op.tag]
             env.process(run_group(op, inputs, done))
         return done
@@ -182,14 +188,18 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         buffers, counts, nbytes = (unpack_pieces([inputs[r] for r in op.group], op.nbytes) if numerics is not None
                                    else (None, None, op.nbytes))
         gpus = tuple(rank_to_gpu[r] for r in op.group)
+        images = symmetry.groups(gpus) if symmetry is not None else [gpus]  # gpus first
         label = f"{op.stream}:{op.label}"
-        if shortcuts is not None and np.ndim(nbytes) == 0 and shortcuts.applies(gpus):
-            recording = shortcuts.recording(op.kind, op.algorithm, gpus, nbytes)
+        if shortcuts is not None and np.ndim(nbytes) == 0 and all(shortcuts.applies(g) for g in images):
+            recording = shortcuts.recording(op.kind, op.algorithm, tuple(images), nbytes)
             start = env.now
             yield env.timeout(recording.duration_s)
             network.replay(recording, start, label)
             outputs = (apply_collective(network.graph, op.kind, op.algorithm, gpus, buffers, nbytes, counts=counts)
                        if buffers is not None else None)
+        elif len(images) > 1:  # the group and its images, step by step together (no buffers under symmetry)
+            yield env.process(run_images(network, op.kind, op.algorithm, images, nbytes, label=label))
+            outputs = None
         else:
             outputs = yield env.process(run_collective(network, op.kind, op.algorithm, gpus, buffers, nbytes,
                                                        counts=counts, label=label))
@@ -265,8 +275,12 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 else:
                     payload = numerics.send_payload(rank, op) if numerics is not None else None
                     waiting[me] = (op, "in flight")
-                    yield network.transfer(gpu, rank_to_gpu[op.peer], op.nbytes,
-                                           stream_prefix + label + route_text[op.peer])
+                    if symmetry is None:
+                        yield network.transfer(gpu, rank_to_gpu[op.peer], op.nbytes,
+                                               stream_prefix + label + route_text[op.peer])
+                    else:  # the message and its images, together
+                        yield network.transfer_many(*symmetry.pairs(gpu, op.peer), op.nbytes,
+                                                    stream_prefix + label + route_text[op.peer])
                     post((rank, op.peer, op.tag), env.now, payload)
                     record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now,
                                               op.nbytes, 0.0)))
@@ -300,5 +314,6 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         blocked = "; ".join(f"rank {r} {s}: {_what_blocks(r, *waiting[(r, s)])}" for r, s in sorted(waiting))
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
     step_s = max(stream_ends, default=0.0)
-    return EventLog(tuple(spans), network.flow_table(), len(program.ranks), network.link_names,
-                    network.link_stats(step_s))
+    num_ranks = symmetry.world if symmetry is not None else len(program.ranks)
+    return EventLog(tuple(spans), network.flow_table(), num_ranks, network.link_names,
+                    network.link_stats(step_s), tuple(program.ranks) if symmetry is not None else None)

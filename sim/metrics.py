@@ -71,22 +71,22 @@ def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
     return tflops_per_gpu(log, num_gpus) * 1e12 / peak_flops
 
 
-def stream_of_flows(flows: FlowTable) -> tuple[list[str], np.ndarray]:
-    """(the streams, sorted; each flow's index into them): a flow's label is "stream:...", so
-    the stream is what precedes the first colon."""
-    streams = sorted({label.split(":", 1)[0] for label in flows.labels})
-    stream_of_label = np.array([streams.index(label.split(":", 1)[0]) for label in flows.labels], dtype=np.int64)
-    return streams, stream_of_label[flows.label] if len(flows) else np.zeros(0, np.int64)
+def stream_of_flows(flows: FlowTable, label: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(the streams, sorted; the stream index of each message with label index `label`): a
+    flow's label is "stream:...", so the stream is what precedes the first colon."""
+    streams = sorted({name.split(":", 1)[0] for name in flows.labels})
+    stream_of_label = np.array([streams.index(name.split(":", 1)[0]) for name in flows.labels], dtype=np.int64)
+    return streams, stream_of_label[label] if len(label) else np.zeros(0, np.int64)
 
 
 def bytes_sent_per_rank(log: EventLog) -> dict[str, dict[str, float]]:
     """Bytes each rank put on the network, by the stream that sent them (flow labels start with
     "stream:"); GPU g is rank g."""
-    flows = log.flows
-    streams, stream_of = stream_of_flows(flows)
-    sources = max(log.num_ranks, int(flows.src.max()) + 1 if len(flows) else 0)
-    key = flows.src * len(streams) + stream_of
-    totals = np.bincount(key, weights=flows.nbytes, minlength=sources * len(streams)).reshape(sources, -1)
+    src, _, nbytes, label = log.flows.totals()
+    streams, stream_of = stream_of_flows(log.flows, label)
+    sources = max(log.num_ranks, int(src.max()) + 1 if len(src) else 0)
+    key = src * len(streams) + stream_of
+    totals = np.bincount(key, weights=nbytes, minlength=sources * len(streams)).reshape(sources, -1)
     counts = np.bincount(key, minlength=sources * len(streams)).reshape(sources, -1)
     sent: dict[str, dict[str, float]] = {str(rank): {} for rank in range(log.num_ranks)}
     for src, stream in zip(*np.nonzero(counts)):
@@ -99,12 +99,11 @@ def traffic_matrix_bytes(log: EventLog, num_gpus: int, streams: Collection[str] 
     as the flow table has them, not ranks), of `streams` only (None: every message): who talks
     to whom, e.g. an even all-to-all as a uniform block per expert-parallel group. A piece sent to
     oneself is a local copy, not a message, so it is not counted."""
-    flows = log.flows
-    names, stream_of = stream_of_flows(flows)
-    keep = (np.ones(len(flows), bool) if streams is None
+    src, dst, nbytes, label = log.flows.totals()
+    names, stream_of = stream_of_flows(log.flows, label)
+    keep = (np.ones(len(src), bool) if streams is None
             else np.isin(stream_of, [names.index(s) for s in streams if s in names]))
-    cells = np.bincount(flows.src[keep] * num_gpus + flows.dst[keep], weights=flows.nbytes[keep],
-                        minlength=num_gpus * num_gpus)
+    cells = np.bincount(src[keep] * num_gpus + dst[keep], weights=nbytes[keep], minlength=num_gpus * num_gpus)
     return cells.reshape(num_gpus, num_gpus)
 
 
@@ -122,4 +121,4 @@ def alltoall_time_share(log: EventLog) -> float:
         reach = covered_to[1] if covered_to[0] == rank else start
         inside += max(end - max(start, reach), 0.0)
         covered_to = (rank, max(reach, end))
-    return inside / (step * log.num_ranks)
+    return inside / (step * len(log.averaged_ranks))

@@ -36,6 +36,11 @@ PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
+LISTED_REPLAY_MESSAGES_MAX = 2_000_000  # past this, replayed messages are summed per stream, not listed
+TIMELINE_ENTRIES_MAX = 5_000_000  # past this, the load timeline keeps only the TIMELINE_LINKS hottest links
+TIMELINE_LINKS = 64
+
+
 class Recording(NamedTuple):
     """A network's activity from t = 0, to be replayed: how long it took, the links it used with
     their bytes, busy time and peak flows, its load changes and its messages (as finish records)."""
@@ -101,6 +106,7 @@ class Network:
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple] = []  # delivered messages, a batch of arrays per finish
         self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
+        self._replays: list[tuple[Recording, float, int]] = []  # (recording, start, group id), expanded at the end
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -255,11 +261,19 @@ class Network:
             self._record(np.array(src), np.array(dst), np.array(start), np.array(end), np.zeros(len(src)),
                          np.arange(first, first + len(src)), np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64))
 
+    def _listing_replays(self) -> bool:
+        """Whether replayed collectives' messages are listed one by one (else summed, see flow_table)."""
+        return sum(len(r.messages[0]) for r, _, _ in self._replays) <= LISTED_REPLAY_MESSAGES_MAX
+
     def _messages(self) -> tuple:
         """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
-        group, route CSR), zero-byte signals included."""
+        group, route CSR), zero-byte signals included, replayed ones too while they are listed."""
         self._flush_signals()
         records = self._done_records
+        if self._replays and self._listing_replays():
+            records = records + [(src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
+                                 for (src, dst, start, end, nbytes, ptr, route), at, gid
+                                 in ((r.messages, at, gid) for r, at, gid in self._replays)]
         if not records:
             empty = np.zeros(0)
             return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
@@ -278,26 +292,51 @@ class Network:
         np.cumsum(lengths, out=new_ptr[1:])
         return FlowTable(src[order].astype(np.int64), dst[order].astype(np.int64), start[order].astype(float),
                          end[order].astype(float), nbytes[order].astype(float), group[order].astype(np.int64),
-                         tuple(self._labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])])
+                         tuple(self._labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])],
+                         self._summed_replays())
 
-    def _load_timeline(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if not self._timeline:
+    def _summed_replays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Past LISTED_REPLAY_MESSAGES_MAX, the replayed messages as (src, dst, bytes, label) summed
+        over the replays of each recording by one stream (labelled by its first replay's label)."""
+        if not self._replays or self._listing_replays():
+            return FlowTable.summed_default()
+        counts: dict[tuple[int, str], list] = {}  # (recording, stream) -> [recording, replays, first label]
+        for r, _, gid in self._replays:
+            entry = counts.setdefault((id(r), self._labels[gid].split(":", 1)[0]), [r, 0, gid])
+            entry[1] += 1
+        src, dst, nbytes, label = zip(*((r.messages[0], r.messages[1], r.messages[4] * n, np.full(len(r.messages[0]), gid))
+                                        for r, n, gid in counts.values()))
+        return (np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64),
+                np.concatenate(nbytes).astype(float), np.concatenate(label).astype(np.int64))
+
+    def _load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every load change in time order, replays included; of `links` only when given."""
+        chunks = self._timeline + [(r.timeline[0] + at, r.timeline[1], r.timeline[2]) for r, at, _ in self._replays]
+        if links is not None:
+            wanted = np.zeros(self.num_links, dtype=bool)
+            wanted[links] = True
+            chunks = [(t[wanted[l]], l[wanted[l]], v[wanted[l]]) for t, l, v in chunks]
+        if not chunks:
             return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
-        times, links, loads = (np.concatenate(column) for column in zip(*self._timeline))
+        times, ids, loads = (np.concatenate(column) for column in zip(*chunks))
         order = np.argsort(times, kind="stable")
-        return times[order], links[order], loads[order]
+        return times[order], ids[order], loads[order]
 
     def link_stats(self, window_s: float) -> LinkStats:
-        """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time order."""
+        """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
+        order, of the TIMELINE_LINKS hottest links only when the whole one would be too long."""
         util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
+        entries = sum(len(t) for t, _, _ in self._timeline) + sum(len(r.timeline[0]) for r, _, _ in self._replays)
+        hottest = (np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
+                   if entries > TIMELINE_ENTRIES_MAX else None)
         return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
-                         self.link_peak_flows.copy(), self._load_timeline())
+                         self.link_peak_flows.copy(), self._load_timeline(hottest))
 
     # -- collectives timed once, replayed ------------------------------------------------------
 
     def recording(self) -> Recording:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
-        a `fresh` network (see sim.shortcut)."""
+        a `fresh` network (see sim.shortcut); never itself a replay's host."""
         used = np.flatnonzero(self.link_bytes)
         src, dst, start, end, nbytes, _, ptr, links = self._messages()
         return Recording(self.env.now, used, self.link_bytes[used], self.link_busy_s[used],
@@ -311,12 +350,8 @@ class Network:
         self.link_bytes[r.links] += r.bytes
         self.link_busy_s[r.links] += r.busy_s
         np.maximum.at(self.link_peak_flows, r.links, r.peak_flows)
-        times, links, loads = r.timeline
-        self._timeline.append((times + start_s, links, loads))
-        gid = len(self._labels)
+        self._replays.append((r, start_s, len(self._labels)))  # its load changes and messages: see _replayed
         self._labels.append(label)
-        src, dst, start, end, nbytes, ptr, route = r.messages
-        self._record(src, dst, start + start_s, end + start_s, nbytes, gid, ptr, route)
         self.reshares += r.reshares
         self.flows_reshared += r.flows_reshared
 

@@ -5,7 +5,7 @@ Spans are NamedTuples: the engine makes one per op, so they must be cheap to bui
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -50,7 +50,8 @@ class FlowSpan(NamedTuple):
 class FlowTable:
     """Every delivered message, as columns (a big run moves millions): GPU src/dst, start and
     delivery time, bytes, label (an index into `labels`), route (CSR: links[link_ptr[i]:link_ptr[i+1]]),
-    in delivery order. Iterating yields FlowSpans; `FlowTable.of(spans)` builds one from them."""
+    in delivery order. Iterating yields FlowSpans; `FlowTable.of(spans)` builds one from them.
+    Past a limit, replayed collectives' messages are only `summed` per (src, dst, stream)."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -61,6 +62,19 @@ class FlowTable:
     labels: tuple[str, ...]
     link_ptr: np.ndarray
     links: np.ndarray
+    # messages summed rather than listed (a huge run's replayed collectives): src, dst, bytes, label
+    summed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(
+        default_factory=lambda: FlowTable.summed_default())
+
+    @staticmethod
+    def summed_default() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, bytes, label) of every message, listed or summed: what byte counts read."""
+        src, dst, nbytes, label = self.summed
+        return (np.concatenate([self.src, src]), np.concatenate([self.dst, dst]),
+                np.concatenate([self.nbytes, nbytes]), np.concatenate([self.label, label]))
 
     @staticmethod
     def of(spans) -> FlowTable:
@@ -113,6 +127,13 @@ class EventLog:
     num_ranks: int
     link_names: tuple[str, ...]
     links: LinkStats | None = None
+    # the ranks whose spans it holds when those stand for all (sim.symmetry): rank averages are theirs
+    represented: tuple[int, ...] | None = None
+
+    @property
+    def averaged_ranks(self) -> list[int]:
+        """The ranks an average over ranks runs over: all, or the representatives of a symmetric run."""
+        return list(self.represented) if self.represented is not None else list(range(self.num_ranks))
 
     def __post_init__(self):
         if not isinstance(self.flows, FlowTable):  # FlowSpans, as a hand-made log gives them

@@ -5,7 +5,7 @@ notebook gets the same numbers as the CLI.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import networkx as nx
@@ -31,6 +31,7 @@ from sim.records import EventLog
 from sim.scenario import Scenario
 from sim.shortcut import Shortcuts
 from sim.stragglers import straggler_summary
+from sim.symmetry import Symmetry, image_spread_s
 from topologies.registry import TOPOLOGIES
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
@@ -97,17 +98,18 @@ def stage_params(scenario: Scenario, stage: int) -> float:
     """Parameters of one stage on one rank. There are pp x v stages of layers / (pp x v) layers
     each; stage 0 also holds the embeddings and the last stage (pp x v - 1, on rank pp - 1) the
     final layernorm and LM head; tensor parallelism splits all of it t ways (Megatron shards the
-    vocabulary too; the few replicated layernorm and bias parameters are counted split as well). An
-    MoE layer's rank holds its E/ep experts, split t ways as the dense MLP is."""
+    vocabulary too; the few replicated layernorm and bias parameters are counted split as well)
+    but an MoE layer's MLP, which splits its tokens instead: every rank holds its router, shared
+    experts and E/ep routed experts whole (`moe_whole_params`)."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     params = sum(cost.model_layer_params(m, i) for i in stage_layer_range(scenario, stage))
-    if m.moe is not None:  # the routed experts other expert-parallel ranks hold
-        params -= routed_expert_params(scenario, stage, m.moe.num_experts - m.moe.num_experts // scenario.parallel.ep)
+    if m.moe is not None:  # every MoE MLP parameter; this rank's come back whole below
+        params -= sum(stage_moe_layers(scenario, stage)) * cost.moe_mlp_params(m.hidden, m.moe, m.gated_mlp)
     if stage == 0:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
     if stage == num_stages - 1:
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
-    return params / scenario.parallel.tp
+    return params / scenario.parallel.tp + moe_whole_params(scenario, stage)
 
 
 def stage_forward_flops(scenario: Scenario, stage: int) -> float:
@@ -130,9 +132,10 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     forward = {"embed": 0.0, "attn": cost.attention_forward_flops(b, s, h) / tp,
                "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
                "head": cost.head_forward_flops(b, s, h, m.vocab) / tp}
-    if m.moe is not None:  # the router runs whole on every rank; balanced experts: k rows per token
-        forward["router"] = cost.moe_router_flops(b, s, h, m.moe)
-        forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - forward["router"]) / tp
+    if m.moe is not None:  # each tp rank routes 1/tp of the tokens; balanced experts: k rows per token
+        router = cost.moe_router_flops(b, s, h, m.moe)
+        forward["router"] = router / tp
+        forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - router) / tp
     selective = cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
     flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
     flops["B.attn"] += selective
@@ -147,11 +150,26 @@ def routed_expert_params(scenario: Scenario, stage: int, experts: int) -> float:
     return sum(stage_moe_layers(scenario, stage)) * experts * cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
 
 
+def moe_whole_params(scenario: Scenario, stage: int) -> float:
+    """Parameters of the stage's MoE MLPs that every tensor-parallel rank holds whole: each
+    layer's h x E router, shared experts and the rank's E/ep routed experts. The tensor-parallel
+    group splits an MoE MLP's tokens, not its weights (Megatron-Core's expert tensor parallel 1),
+    so each rank's gradients of these are partial sums over the group (`partial_grad_params`)."""
+    m = scenario.model_spec
+    if m.moe is None:
+        return 0.0
+    router_and_shared = m.hidden * m.moe.num_experts + m.moe.shared_experts * cost.mlp_params(
+        m.hidden, m.moe.expert_ffn, m.gated_mlp)
+    return (sum(stage_moe_layers(scenario, stage)) * router_and_shared
+            + routed_expert_params(scenario, stage, m.moe.num_experts // scenario.parallel.ep))
+
+
 def expert_bytes(scenario: Scenario, stage: int) -> float:
-    """Bytes of the 16-bit routed-expert weights a rank holds for a stage, E/ep per MoE layer split
-    t ways (their gradients are reduced among the ranks holding the same experts)."""
+    """Bytes of the 16-bit routed-expert weights a rank holds for a stage, E/ep per MoE layer,
+    whole on every tensor-parallel rank (their gradients, once summed over the tensor-parallel
+    group, are reduced among the ranks holding the same experts)."""
     moe, p = scenario.model_spec.moe, scenario.parallel
-    return routed_expert_params(scenario, stage, moe.num_experts // p.ep) / p.tp * 2.0 if moe else 0.0
+    return routed_expert_params(scenario, stage, moe.num_experts // p.ep) * 2.0 if moe else 0.0
 
 
 def alltoall_bytes(scenario: Scenario) -> float:
@@ -165,10 +183,20 @@ def alltoall_bytes(scenario: Scenario) -> float:
 
 
 def replicated_params(scenario: Scenario, stage: int) -> float:
-    """Parameters every rank of a tensor-parallel group holds whole: each layer's two layernorms
-    (gain and bias) and two row-parallel biases, and the final layernorm on the last stage."""
+    """Parameters every rank of a tensor-parallel group holds whole outside the MoE MLPs: each
+    layer's two layernorms (gain and bias) and row-parallel attention bias, a dense layer's MLP
+    bias, and the final layernorm on the last stage."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    return m.layers // num_stages * 6 * m.hidden + (2 * m.hidden if stage == num_stages - 1 else 0)
+    dense = sum(not moe for moe in stage_moe_layers(scenario, stage))
+    return (m.layers // num_stages * 5 + dense) * m.hidden + (2 * m.hidden if stage == num_stages - 1 else 0)
+
+
+def partial_grad_params(scenario: Scenario, stage: int) -> float:
+    """Parameters whose gradients each tensor-parallel rank computes from its own share of the
+    tokens, summed over the group once per step (tp > 1): the MoE MLPs' whole parameters, and
+    with sequence parallelism (chunks of the sequence) the replicated ones too."""
+    sp = scenario.parallel.sequence_parallel
+    return moe_whole_params(scenario, stage) + (replicated_params(scenario, stage) if sp else 0.0)
 
 
 def weight_bytes(scenario: Scenario, stage: int) -> float:
@@ -176,9 +204,10 @@ def weight_bytes(scenario: Scenario, stage: int) -> float:
     return stage_params(scenario, stage) * 2.0
 
 
-def make_program(scenario: Scenario) -> Program:
+def make_program(scenario: Scenario, representatives: Collection[int] | None = None) -> Program:
     """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
-    shard), then the tensor-parallel and the data-parallel / ZeRO collectives."""
+    shard), then the tensor-parallel and the data-parallel / ZeRO collectives. `representatives`:
+    build only the pipelines of these ranks (a program of representatives, sim.symmetry)."""
     p, m = scenario.parallel, scenario.model_spec
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
@@ -192,11 +221,12 @@ def make_program(scenario: Scenario) -> Program:
                              forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s] + redo[s],
                              optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM)
     layout = layout_of(scenario)
-    replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)]
-    program = add_tensor_parallel(Program.merge(replicas), layout, lambda s: stage_moe_layers(scenario, s), layer_act,
+    replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)
+                if representatives is None or ranks[0] in representatives]
+    program = add_tensor_parallel(Program.merge(replicas, images=representatives is not None), layout, lambda s: stage_moe_layers(scenario, s), layer_act,
                                   p.sequence_parallel, t.recompute == "full", tensor_parallel_item_flops(scenario),
                                   loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
-                                  grad_sync_bytes=lambda s: replicated_params(scenario, s) * 2.0,
+                                  grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
                                   alltoall_bytes=alltoall_bytes(scenario),
                                   counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0)
     program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket,
@@ -223,10 +253,11 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
                        seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype,
                        # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised
-                       # (Mixtral, GShard); one routing group per (replica, microbatch), as the run has
+                       # (Mixtral, GShard); one routing group per (replica, microbatch, tensor-parallel
+                       # rank), as the run has: each of the tp ranks routes 1/tp of a microbatch's tokens
                        moe=MoEConfig(moe.num_experts, moe.top_k, moe.capacity_factor, moe.top_k > 1,
                                      moe.shared_experts == 1, _selection_bias(moe.num_experts, n.hot_expert_bias),
-                                     n.micro_batch * n.seq_len)
+                                     n.micro_batch * n.seq_len // p.tp)
                        if moe is not None else None,
                        moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else ())
     placements = replica_placements(scenario)
@@ -247,20 +278,43 @@ def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ..
     return (hot_expert_bias,) + (0.0,) * (num_experts - 1) if hot_expert_bias else None
 
 
+def symmetry_of(scenario: Scenario) -> Symmetry | None:
+    """The shifts under which this run looks the same from every image (sim.symmetry), or None:
+    numerics must be off (every replica computes on its own data), the fabric must not tell
+    images apart (a switch, or a fat tree with adaptive routing; per-flow ECMP hashes each pair
+    differently), and there must be more than one image."""
+    p, topology = scenario.parallel, scenario.cluster.topology
+    if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1:
+        return None
+    if not (topology.kind == "switch" or (topology.kind == "fattree" and topology.load_balance == "adaptive")):
+        return None
+    return Symmetry(layout_of(scenario))
+
+
+class _Identity(dict):
+    """rank -> GPU when ranks are GPUs: every rank, including ranks a program of representatives
+    does not hold."""
+
+    def __missing__(self, rank: int) -> int:
+        return rank
+
+
 def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,
              program: Program | None = None, exact: bool = False) -> RunResult:
     """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
-    `program`: one already made by make_program; `exact`: move every collective's flows, no
-    replays (sim.shortcut), for checking that the replays change nothing)."""
-    program = program or make_program(scenario)
+    `program`: one already made by make_program; `exact`: walk every rank and move every
+    collective's flows, no symmetry (sim.symmetry) and no replays (sim.shortcut), for checking
+    that those change nothing)."""
+    symmetry = None if exact or program is not None else symmetry_of(scenario)
+    program = program or make_program(scenario, symmetry.representatives if symmetry is not None else None)
     graph = build_topology(scenario)
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
-    shortcuts = None if exact else Shortcuts(program, network, {rank: rank for rank in program.ranks})
+    shortcuts = None if exact else Shortcuts(program, network, _Identity(), symmetry)
     log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress,
-                      shortcuts=shortcuts)
+                      shortcuts=shortcuts, symmetry=symmetry)
     memory = memory_of(scenario, log)
-    summary = summarize(scenario, log, memory, numerics.finish() if numerics else None)
+    summary = summarize(scenario, log, memory, numerics.finish() if numerics else None, symmetry)
     summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
     summary |= straggler_summary(log)
     return RunResult(scenario, program, graph, log, memory, summary)
@@ -286,19 +340,24 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     return memory_timeline(log, static, activations, gathers)
 
 
-def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None) -> dict:
-    """The documented summary.json keys (see README, "Outputs")."""
+def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None,
+              symmetry: Symmetry | None = None) -> dict:
+    """The documented summary.json keys (see README, "Outputs"). With `symmetry` the log holds the
+    representatives' spans only (and every image's flows): per-rank figures are theirs, copied to
+    their images, and rank averages count each representative for all its images."""
     gpus, gpu = scenario.num_gpus, scenario.gpu_spec
-    bubbles = metrics.bubble_ratio_per_rank(log)
-    peaks = memory_peaks(memory)
+    expand = symmetry.expand if symmetry is not None else (lambda per_rank: per_rank)
+    images = symmetry.images_per_rank if symmetry is not None else 1
+    bubbles = expand(metrics.bubble_ratio_per_rank(log))
+    peaks = expand(memory_peaks(memory))
     return {
         "scenario_name": scenario.name,
         "step_time_s": metrics.step_time_s(log),
         "bubble_ratio_per_rank": bubbles,
         "bubble_ratio_mean": sum(bubbles) / len(bubbles),
-        "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus),
-        "mfu": metrics.mfu(log, gpus, gpu.peak_flops),
-        "peak_inflight_microbatches_per_rank": metrics.peak_inflight_microbatches_per_rank(log),
+        "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus // images),
+        "mfu": metrics.mfu(log, gpus // images, gpu.peak_flops),
+        "peak_inflight_microbatches_per_rank": expand(metrics.peak_inflight_microbatches_per_rank(log)),
         "num_microbatches": scenario.num_microbatches,
         "numerics_max_abs_err": numerics["max_abs_err"] if numerics else None,
         "numerics_max_rel_err": numerics["max_rel_err"] if numerics else None,
@@ -309,6 +368,8 @@ def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numeric
         "memory_over_capacity_ranks": ranks_over_capacity(peaks, gpu.memory_bytes),
         "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
         **alltoall_summary(log, gpus),
+        "symmetry": {"simulated_ranks": len(symmetry.representatives), "images_per_rank": images,
+                     "image_spread_s": image_spread_s(log.flows)} if symmetry is not None else None,
         "scenario": scenario.resolved(),
     }
 

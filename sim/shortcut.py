@@ -22,14 +22,18 @@ import numpy as np
 import simpy
 
 from schedules.ir import Collective, Program, Send
-from sim.collectives.run import run_collective
+from sim.collectives.run import run_collective, run_images
 from sim.network import Network, Recording
+from sim.symmetry import Symmetry
 
 
 class Shortcuts:
     """Which process groups' collectives may be replayed on `network`, and their recordings."""
 
-    def __init__(self, program: Program, network: Network, rank_to_gpu: dict[int, int]):
+    def __init__(self, program: Program, network: Network, rank_to_gpu: dict[int, int],
+                 symmetry: Symmetry | None = None):
+        """`symmetry`: the program's ranks are representatives whose images run alongside; their
+        groups and messages count too (ranks are GPUs then)."""
         self.network = network
         self._recordings: dict[tuple, Recording] = {}
         variants: dict[tuple[int, ...], set[tuple[str, str, float]]] = defaultdict(set)
@@ -39,14 +43,16 @@ class Shortcuts:
             for op in ops:
                 if isinstance(op, Collective):
                     gpus = tuple(rank_to_gpu[r] for r in op.group)
-                    variants[gpus].add((op.kind, op.algorithm, op.nbytes))
-                    streams[gpus].add(op.stream)
+                    for image in symmetry.groups(gpus) if symmetry is not None else [gpus]:
+                        variants[image].add((op.kind, op.algorithm, op.nbytes))
+                        streams[image].add(op.stream)
                 elif isinstance(op, Send) and op.nbytes > 0:
-                    pairs.add((rank_to_gpu[rank], rank_to_gpu[op.peer]))
+                    src, dst = rank_to_gpu[rank], rank_to_gpu[op.peer]
+                    pairs.update(zip(*symmetry.pairs(src, dst)) if symmetry is not None else [(src, dst)])
         owners = np.zeros(network.num_links, dtype=np.int64)  # how many traffic classes use each link
         group_links: dict[tuple[int, ...], np.ndarray] = {}
         for gpus, kinds in variants.items():
-            group_links[gpus] = np.unique(np.concatenate([self.recording(kind, algo, gpus, size).links
+            group_links[gpus] = np.unique(np.concatenate([self.recording(kind, algo, (gpus,), size).links
                                                          for kind, algo, size in kinds]))
             owners[group_links[gpus]] += 1
         if pairs:
@@ -57,13 +63,16 @@ class Shortcuts:
         self.groups = {gpus for gpus, links in group_links.items()
                        if len(streams[gpus]) == 1 and (owners[links] == 1).all()}
 
-    def recording(self, kind: str, algorithm: str, gpus: tuple[int, ...], nbytes: float) -> Recording:
-        """The collective run alone on an idle copy of the network, from t = 0 (made once)."""
-        key = (kind, algorithm, gpus, nbytes)
+    def recording(self, kind: str, algorithm: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> Recording:
+        """The collective run alone on an idle copy of the network, from t = 0, on each of `groups`
+        at once: one group, or a group and its images (sim.symmetry), whose links are disjoint, so
+        together each runs as alone and one replay stands for all (made once)."""
+        key = (kind, algorithm, groups, nbytes)
         if key not in self._recordings:
             env = simpy.Environment()
             alone = self.network.fresh(env)
-            env.run(env.process(run_collective(alone, kind, algorithm, list(gpus), None, nbytes, label="")))
+            env.run(env.process(run_collective(alone, kind, algorithm, list(groups[0]), None, nbytes, label="")
+                                if len(groups) == 1 else run_images(alone, kind, algorithm, list(groups), nbytes, label="")))
             self._recordings[key] = alone.recording()
         return self._recordings[key]
 

@@ -1,14 +1,17 @@
 """Every bundled scenario (each variant of a file with variants) opens with the question it
 answers, runs, and proves its numerics. Big ones (more than 32 GPUs) run in a reduced mode: the
 fewest microbatches their schedule allows (pp for interleaved, 1 otherwise), same cluster, model
-and layout."""
+and layout. Production-size ones (more than 1,024 GPUs) are bench/scale.py's to run: here their
+program of representatives is built and validated."""
 
 from pathlib import Path
 
 import pytest
 
-from sim.run import simulate
+from sim.run import make_program, simulate, symmetry_of
 from sim.scenario_loader import load_scenarios
+
+BENCH_ONLY_GPUS = 1024  # above this a scenario is only built here
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
 
@@ -30,6 +33,10 @@ def reduced(scenario):
 def test_bundled_scenario_runs_and_matches_one_device(path):
     assert path.read_text().startswith("# "), "a scenario opens with a comment saying what it answers"
     for scenario in map(reduced, load_scenarios(path)):
+        if scenario.num_gpus > BENCH_ONLY_GPUS:
+            program = make_program(scenario, symmetry_of(scenario).representatives)
+            assert len(program.ranks) == scenario.parallel.pp  # one rank per stage stands for the rest
+            continue
         summary = simulate(scenario).summary
         assert summary["step_time_s"] > 0
         if scenario.numerics.enabled:

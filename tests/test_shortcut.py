@@ -1,6 +1,6 @@
-"""Replayed collectives (sim.shortcut) give the exact path's results: the same step time, link
-bytes and bytes per rank, on mid-size scenarios (64-128 GPUs; dense and MoE; fat trees and a
-torus) where the shortcut really replays groups."""
+"""Replayed collectives (sim.shortcut) and walking one rank per orbit (sim.symmetry) give the exact
+path's results: the same step time, per-rank bubbles, link bytes and bytes per rank, on mid-size
+scenarios (64-128 GPUs; dense and MoE; fat trees and a torus) where the shortcuts really apply."""
 
 import numpy as np
 import pytest
@@ -29,6 +29,7 @@ CASES = {
     "fattree-64-interleaved": (8, 8, FATTREE, 8, 4, 2, "interleaved", 2, 4),
     "fattree-128-1f1b": (16, 8, FATTREE, 8, 4, 4, "1f1b", 1, 4),
     "fattree-ecmp-oversubscribed-64": (8, 8, FATTREE_ECMP, 4, 4, 4, "gpipe", 1, 2),
+    "fattree-256-1f1b": (32, 8, FATTREE, 8, 4, 8, "1f1b", 1, 4),
     "torus-64": (16, 4, TORUS, 4, 4, 4, "1f1b", 1, 2),
     # MoE: expert-parallel all-to-alls across replicas next to the tensor-parallel groups' replays
     "moe-fattree-64": (8, 8, FATTREE, 8, 2, 4, "1f1b", 1, 2, MOE_MODEL, 4),
@@ -48,11 +49,21 @@ def run(case: str, exact: bool) -> dict:
     return {"summary": result.summary, "link_bytes": result.log.links.bytes}
 
 
+# symmetric cases: a fat tree with adaptive routing; ECMP hashing and the torus tell images apart
+SYMMETRIC = {"fattree-64-interleaved": 2 * 8, "fattree-128-1f1b": 4 * 8, "fattree-256-1f1b": 8 * 8,
+             "moe-fattree-64": 1 * 8}  # images per walked rank: dp / ep x tp
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_replayed_collectives_change_nothing(case):
     fast, exact = run(case, exact=False), run(case, exact=True)
     assert fast["summary"]["replayed_groups"] > 0, "the case must exercise the shortcut"
-    assert exact["summary"]["replayed_groups"] == 0
+    assert exact["summary"]["replayed_groups"] == 0 and exact["summary"]["symmetry"] is None
+    if case in SYMMETRIC:
+        assert fast["summary"]["symmetry"]["images_per_rank"] == SYMMETRIC[case]
+        assert fast["summary"]["symmetry"]["image_spread_s"] == 0.0
+    else:
+        assert fast["summary"]["symmetry"] is None
     assert fast["summary"]["step_time_s"] == pytest.approx(exact["summary"]["step_time_s"], rel=1e-9)
     assert fast["summary"]["bubble_ratio_per_rank"] == pytest.approx(exact["summary"]["bubble_ratio_per_rank"],
                                                                      rel=1e-9, abs=1e-12)

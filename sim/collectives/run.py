@@ -103,6 +103,23 @@ def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Genera
     return None if work is None else results(op, plan, work, buffers)
 
 
+def run_images(network: Network, op: str, algo: str, groups: list[tuple[int, ...]], nbytes,
+               label: str | None = None) -> Generator:
+    """A SimPy process body timing `op` on several disjoint groups that are images of one another
+    (sim.symmetry), step by step together: step i of every group goes out as one transfer. Each
+    image takes the same time per step as the others, so this is running them apart at the cost
+    of one re-share per step instead of one per group and step."""
+    graph = getattr(network, "graph", None)
+    starts = [_start(graph, op, algo, group, None, nbytes, "sum", 0, None) for group in groups]
+    gpus = [np.array(group) for group, *_ in starts]
+    for steps in zip(*(steps for *_, steps in starts), strict=True):
+        src = np.concatenate([gpu[step.src] for gpu, step in zip(gpus, steps)])
+        if len(src):
+            dst = np.concatenate([gpu[step.dst] for gpu, step in zip(gpus, steps)])
+            yield network.transfer_many(src, dst, np.concatenate([step.nbytes for step in steps]),
+                                        label or f"{op}:{starts[0][1]}")
+
+
 def time_collective(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int] | None, nbytes,
                     buffers: list | None = None, reduce_op: str = "sum", **options) -> tuple[float, list | None]:
     """(simulated seconds, outputs) of one collective alone on a fresh network over `graph`.

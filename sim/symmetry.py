@@ -1,0 +1,87 @@
+"""Symmetry: simulate one rank per orbit and move every image's bytes, for production-size runs.
+
+A data-parallel replica and a tensor-parallel shard do exactly what their neighbours do: the same
+ops at the same times on their own GPUs. Shifting every rank's coordinates (d, p, t) to
+(d + a ep, p, t + b) (mod dp, tp) maps the program onto itself (a multiple of ep keeps the
+expert-parallel groups whole), and on a topology those shifts map onto itself (the nodes of a
+rail-optimised fat tree with adaptive routing, a switch) every image then sees the same network
+as its representative. So the engine walks only the representatives, ranks (d < ep, p, t = 0),
+and whenever one of them puts bytes on the network it puts every image's bytes there too: a
+message goes out together with its images, a collective runs on every image of its group at
+once. Link loads, congestion and the flow table are the full run's; only the walking is saved.
+
+Whether the images really kept pace is checked, not assumed: every image of a message must land
+at the same time as its representative (`image_spread_s`, reported in summary.json). A topology
+whose routing tells images apart (per-flow ECMP hashing) breaks that, and the run says so; then
+`simulate(..., exact=True)` walks every rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schedules.layout import Layout
+from sim.records import FlowTable
+
+
+class Symmetry:
+    """The shifts of a layout, as maps from each rank to its image under each shift."""
+
+    def __init__(self, layout: Layout):
+        grid = layout.grid  # (dp, pp, tp) -> rank
+        d, p, t = np.meshgrid(np.arange(layout.dp), np.arange(layout.pp), np.arange(layout.tp), indexing="ij")
+        shifts = [(a, b) for a in range(0, layout.dp, layout.ep) for b in range(layout.tp)]
+        self.image = np.zeros((len(shifts), layout.world), dtype=np.int64)  # [shift, rank] -> rank
+        for k, (a, b) in enumerate(shifts):
+            self.image[k, grid.reshape(-1)] = grid[(d + a) % layout.dp, p, (t + b) % layout.tp].reshape(-1)
+        self._groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self.representatives = sorted(int(r) for r in grid[:layout.ep, :, 0].reshape(-1))
+        rep_of = np.empty(layout.world, dtype=np.int64)
+        for rep in self.representatives:
+            rep_of[self.image[:, rep]] = rep
+        self.rep_of = rep_of  # rank -> the representative that stands for it
+
+    @property
+    def images_per_rank(self) -> int:
+        return len(self.image)
+
+    @property
+    def world(self) -> int:
+        return self.image.shape[1]
+
+    def groups(self, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Every distinct image of a process group, the group itself first (a shift may map a
+        group onto itself); kept per group, as a run meets the same few groups again and again."""
+        if group not in self._groups:
+            seen: dict[frozenset, tuple[int, ...]] = {}
+            for members in self.image[:, list(group)].tolist():
+                seen.setdefault(frozenset(members), tuple(members))
+            self._groups[group] = list(seen.values())
+        return self._groups[group]
+
+    def pairs(self, src: int, dst: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every image of a message src -> dst, as (sources, destinations)."""
+        return self.image[:, src], self.image[:, dst]
+
+    def expand(self, per_rank: list | dict) -> list | dict:
+        """Per-rank values known for the representatives (a list by rank, or a dict by str(rank)
+        as summary.json keeps them), filled in for every rank."""
+        if isinstance(per_rank, dict):
+            return {str(rank): per_rank[str(rep)] for rank, rep in enumerate(self.rep_of.tolist())}
+        return [per_rank[rep] for rep in self.rep_of.tolist()]
+
+
+def image_spread_s(flows: FlowTable) -> float:
+    """The largest gap between the landing times of one message's images (0.0 when they kept
+    pace): a representative's point-to-point message (stream "send") and its images go out as
+    one group, one label, so their end times must agree."""
+    is_send = np.array([name.startswith("send:") for name in flows.labels], dtype=bool)
+    mask = is_send[flows.label] if len(flows) else np.zeros(0, dtype=bool)
+    if not mask.any():
+        return 0.0
+    label, end = flows.label[mask], flows.end_s[mask]
+    latest, earliest = np.full(len(flows.labels), -np.inf), np.full(len(flows.labels), np.inf)
+    np.maximum.at(latest, label, end)
+    np.minimum.at(earliest, label, end)
+    sent = np.isfinite(latest)
+    return float((latest[sent] - earliest[sent]).max())
