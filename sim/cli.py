@@ -19,10 +19,10 @@ def _run(args: argparse.Namespace) -> int:
     from sim.memory import capacity_message
     from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from sim.progress import op_progress
-    from sim.run import make_program, simulate
+    from sim.run import program_of, simulate
 
     scenario = load_scenario(args.scenario)
-    program = make_program(scenario)
+    program = program_of(scenario)
     with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:
         result = simulate(scenario, on_progress, program)
     over = capacity_message(result.summary["memory_peak_bytes_per_rank"], result.summary["memory_capacity_bytes"])
@@ -40,13 +40,13 @@ def _run(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from sim.compare import OUTPUT_FILES, default_dir, write_compare
     from sim.progress import op_progress
-    from sim.run import make_program, simulate
+    from sim.run import program_of, simulate
 
     scenarios = [s for path in args.scenarios for s in load_scenarios(path)]  # every file checked before any run
     if len(scenarios) < 2:
         raise ScenarioError("(command line)", "SCENARIO", f"compare needs at least two scenarios (files, or a file's "
                             f"variants), got {len(scenarios)}")
-    programs = [make_program(scenario) for scenario in scenarios]
+    programs = [program_of(scenario) for scenario in scenarios]
     results = []
     for scenario, program in zip(scenarios, programs):
         with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:

@@ -106,7 +106,8 @@ class Network:
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple] = []  # delivered messages, a batch of arrays per finish
         self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
-        self._replays: list[tuple[Recording, float, int]] = []  # (recording, start, group id), expanded at the end
+        self._replays: list[tuple[Recording, float, int, int]] = []  # (recording, start, group id, its place
+        # among the timeline's chunks), expanded at the end
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -263,7 +264,7 @@ class Network:
 
     def _listing_replays(self) -> bool:
         """Whether replayed collectives' messages are listed one by one (else summed, see flow_table)."""
-        return sum(len(r.messages[0]) for r, _, _ in self._replays) <= LISTED_REPLAY_MESSAGES_MAX
+        return sum(len(r.messages[0]) for r, *_ in self._replays) <= LISTED_REPLAY_MESSAGES_MAX
 
     def _messages(self) -> tuple:
         """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
@@ -273,7 +274,7 @@ class Network:
         if self._replays and self._listing_replays():
             records = records + [(src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
                                  for (src, dst, start, end, nbytes, ptr, route), at, gid
-                                 in ((r.messages, at, gid) for r, at, gid in self._replays)]
+                                 in ((r.messages, at, gid) for r, at, gid, _ in self._replays)]
         if not records:
             empty = np.zeros(0)
             return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
@@ -301,7 +302,7 @@ class Network:
         if not self._replays or self._listing_replays():
             return FlowTable.summed_default()
         counts: dict[tuple[int, str], list] = {}  # (recording, stream) -> [recording, replays, first label]
-        for r, _, gid in self._replays:
+        for r, _, gid, _ in self._replays:
             entry = counts.setdefault((id(r), self._labels[gid].split(":", 1)[0]), [r, 0, gid])
             entry[1] += 1
         src, dst, nbytes, label = zip(*((r.messages[0], r.messages[1], r.messages[4] * n, np.full(len(r.messages[0]), gid))
@@ -310,23 +311,40 @@ class Network:
                 np.concatenate(nbytes).astype(float), np.concatenate(label).astype(np.int64))
 
     def _load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every load change in time order, replays included; of `links` only when given."""
-        chunks = self._timeline + [(r.timeline[0] + at, r.timeline[1], r.timeline[2]) for r, at, _ in self._replays]
+        """Every load change in time order, replays included (changes at one instant in the order
+        they happened); of `links` only when given."""
+        wanted = np.ones(self.num_links, dtype=bool)
         if links is not None:
-            wanted = np.zeros(self.num_links, dtype=bool)
+            wanted[:] = False
             wanted[links] = True
-            chunks = [(t[wanted[l]], l[wanted[l]], v[wanted[l]]) for t, l, v in chunks]
+        chunks = []  # (times, links, loads, place): places number the chunks and replays as they came
+        taken = np.zeros(len(self._timeline) + len(self._replays), dtype=bool)
+        taken[[place for *_, place in self._replays]] = True
+        places = np.flatnonzero(~taken).tolist()  # the timeline's own chunks fill the other places
+        for (t, l, v), place in zip(self._timeline, places):
+            chunks.append((t[wanted[l]], l[wanted[l]], v[wanted[l]], np.full(int(wanted[l].sum()), place)))
+        by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
+        for r, at, _, place in self._replays:
+            entry = by_recording.setdefault(id(r), (r, [], []))
+            entry[1].append(at)
+            entry[2].append(place)
+        for r, at, place in by_recording.values():
+            t, l, v = r.timeline
+            keep = wanted[l]
+            n, k = len(at), int(keep.sum())
+            chunks.append(((np.asarray(at)[:, None] + t[keep][None, :]).ravel(), np.tile(l[keep], n), np.tile(v[keep], n),
+                           np.repeat(place, k)))
         if not chunks:
             return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
-        times, ids, loads = (np.concatenate(column) for column in zip(*chunks))
-        order = np.argsort(times, kind="stable")
+        times, ids, loads, order_of = (np.concatenate(column) for column in zip(*chunks))
+        order = np.lexsort((order_of, times))  # stable: a chunk keeps its own order
         return times[order], ids[order], loads[order]
 
     def link_stats(self, window_s: float) -> LinkStats:
         """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
         order, of the TIMELINE_LINKS hottest links only when the whole one would be too long."""
         util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
-        entries = sum(len(t) for t, _, _ in self._timeline) + sum(len(r.timeline[0]) for r, _, _ in self._replays)
+        entries = sum(len(t) for t, _, _ in self._timeline) + sum(len(r.timeline[0]) for r, *_ in self._replays)
         hottest = (np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
                    if entries > TIMELINE_ENTRIES_MAX else None)
         return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
@@ -350,7 +368,7 @@ class Network:
         self.link_bytes[r.links] += r.bytes
         self.link_busy_s[r.links] += r.busy_s
         np.maximum.at(self.link_peak_flows, r.links, r.peak_flows)
-        self._replays.append((r, start_s, len(self._labels)))  # its load changes and messages: see _replayed
+        self._replays.append((r, start_s, len(self._labels), len(self._timeline) + len(self._replays)))
         self._labels.append(label)
         self.reshares += r.reshares
         self.flows_reshared += r.flows_reshared

@@ -82,7 +82,8 @@ def moe_routing_line(s: dict) -> str | None:
 
 
 def terminal_summary(result: RunResult) -> str:
-    """A short per-rank table under a few headline figures."""
+    """A short per-rank table under a few headline figures; a symmetric run's table lists its
+    representatives (the other ranks' rows repeat theirs)."""
     s = result.summary
     busy = [0.0] * result.log.num_ranks
     for span in result.log.spans:
@@ -92,7 +93,7 @@ def terminal_summary(result: RunResult) -> str:
              "inflight": s["peak_inflight_microbatches_per_rank"][r],
              "memory_gib": s["memory_peak_bytes_per_rank"][str(r)]["total"] / 2**30,
              "sent_mb": sum(s["comm_bytes_sent_per_rank"][str(r)].values()) / 1e6}
-            for r in range(result.log.num_ranks)]
+            for r in result.log.averaged_ranks]
     table = format_table(rows, [("rank", "rank", "d"), ("busy_ms", "busy (ms)", ".3f"),
                                 ("bubble_pct", "bubble (%)", ".2f"), ("inflight", "peak in-flight mb", "d"),
                                 ("memory_gib", "peak memory (GiB)", ".2f"), ("sent_mb", "sent (MB)", ".1f")])
@@ -107,6 +108,10 @@ def terminal_summary(result: RunResult) -> str:
     if s["alltoall_time_share"] > 0:
         lines.append(f"all-to-all       {100 * s['alltoall_time_share']:.2f} % of rank time "
                      f"({s['alltoall_bytes_total'] / 1e9:.3f} GB sent)")
+    if s["symmetry"] is not None:
+        lines.append(f"symmetry         {s['symmetry']['simulated_ranks']} ranks walked, each standing for "
+                     f"{s['symmetry']['images_per_rank']} (the table lists them); their images landed "
+                     f"{s['symmetry']['image_spread_s']:.3g} s apart at most")
     if routing := moe_routing_line(s):
         lines.append(f"routing          {routing}")
     if over := capacity_message(s["memory_peak_bytes_per_rank"], s["memory_capacity_bytes"]):

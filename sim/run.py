@@ -291,6 +291,13 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
     return Symmetry(layout_of(scenario))
 
 
+def program_of(scenario: Scenario, exact: bool = False) -> Program:
+    """The program `simulate` runs: the representatives' when the run is symmetric (and not
+    `exact`), else every rank's."""
+    symmetry = None if exact else symmetry_of(scenario)
+    return make_program(scenario, symmetry.representatives if symmetry is not None else None)
+
+
 class _Identity(dict):
     """rank -> GPU when ranks are GPUs: every rank, including ranks a program of representatives
     does not hold."""
@@ -302,11 +309,11 @@ class _Identity(dict):
 def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,
              program: Program | None = None, exact: bool = False) -> RunResult:
     """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
-    `program`: one already made by make_program; `exact`: walk every rank and move every
+    `program`: one already made by program_of or make_program; `exact`: walk every rank and move every
     collective's flows, no symmetry (sim.symmetry) and no replays (sim.shortcut), for checking
     that those change nothing)."""
-    symmetry = None if exact or program is not None else symmetry_of(scenario)
-    program = program or make_program(scenario, symmetry.representatives if symmetry is not None else None)
+    program = program or program_of(scenario, exact)
+    symmetry = symmetry_of(scenario) if program.images else None
     graph = build_topology(scenario)
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)

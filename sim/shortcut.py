@@ -7,8 +7,8 @@ never overlap each other), every collective of that group with the same kind, al
 takes exactly what it takes alone on an idle network. Tensor-parallel groups inside an NVSwitch
 node are the common case: thousands of identical collectives per step, on links nobody else uses.
 
-`Shortcuts` decides this once per program from the routes (which links each group's collectives
-and each point-to-point pair would use) and keeps one `Recording` per (kind, algorithm, GPUs,
+`Shortcuts` decides this once per program from the routes (which links each group's collectives'
+messages and each point-to-point pair would use) and keeps one `Recording` per (kind, algorithm, GPUs,
 size): the collective run alone on a fresh copy of the network. The engine waits the recorded
 duration and the network replays the recorded link statistics and messages at the real start
 time, so reports and pictures are the same as the exact path's.
@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 
 from schedules.ir import Collective, Program, Send
-from sim.collectives.run import run_collective, run_images
+from sim.collectives.run import message_pairs, run_collective, run_images
 from sim.network import Network, Recording
 from sim.symmetry import Symmetry
 
@@ -52,8 +52,10 @@ class Shortcuts:
         owners = np.zeros(network.num_links, dtype=np.int64)  # how many traffic classes use each link
         group_links: dict[tuple[int, ...], np.ndarray] = {}
         for gpus, kinds in variants.items():
-            group_links[gpus] = np.unique(np.concatenate([self.recording(kind, algo, (gpus,), size).links
-                                                         for kind, algo, size in kinds]))
+            src, dst = (np.concatenate(side) for side in zip(*(message_pairs(network.graph, kind, algo, gpus, size)
+                                                                for kind, algo, size in kinds)))
+            routed = src != dst
+            group_links[gpus] = np.unique(network.router.route_many(src[routed], dst[routed])[1])
             owners[group_links[gpus]] += 1
         if pairs:
             src, dst = (np.array(side, dtype=np.int64) for side in zip(*sorted(pairs)))

@@ -5,6 +5,8 @@ scenarios (64-128 GPUs; dense and MoE; fat trees and a torus) where the shortcut
 import numpy as np
 import pytest
 
+from sim.links_plot import utilisation_matrix
+from sim.report import terminal_summary
 from sim.run import simulate
 from sim.scenario_loader import load_scenario_text
 
@@ -37,7 +39,7 @@ CASES = {
 }
 
 
-def run(case: str, exact: bool) -> dict:
+def scenario(case: str):
     nodes, per_node, topology, tp, pp, dp, schedule, virtual, m, *moe = CASES[case]
     text = SCENARIO.format(nodes=nodes, per_node=per_node, topology=topology, tp=tp, pp=pp, dp=dp,
                            global_batch=m * dp, schedule=schedule, virtual=virtual)
@@ -45,8 +47,15 @@ def run(case: str, exact: bool) -> dict:
         model, ep = moe
         text = text.replace(text[text.index("model: "):text.index("\ntraining")], f"model: {model}")
         text = text.replace("zero: 1,", f"zero: 1, ep: {ep},")
-    result = simulate(load_scenario_text(text, f"{case}.yaml"), exact=exact)
-    return {"summary": result.summary, "link_bytes": result.log.links.bytes}
+    return load_scenario_text(text, f"{case}.yaml")
+
+
+def run(case: str, exact: bool) -> dict:
+    result = simulate(scenario(case), exact=exact)
+    stats = result.log.links
+    busiest = np.argsort(-stats.bytes, kind="stable")[:16]
+    return {"summary": result.summary, "link_bytes": stats.bytes,
+            "over_time": utilisation_matrix(stats, busiest, result.summary["step_time_s"])}
 
 
 # symmetric cases: a fat tree with adaptive routing; ECMP hashing and the torus tell images apart
@@ -68,6 +77,7 @@ def test_replayed_collectives_change_nothing(case):
     assert fast["summary"]["bubble_ratio_per_rank"] == pytest.approx(exact["summary"]["bubble_ratio_per_rank"],
                                                                      rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(fast["link_bytes"], exact["link_bytes"], rtol=1e-12)
+    np.testing.assert_allclose(fast["over_time"], exact["over_time"], rtol=1e-9, atol=1e-12)  # links.png's heatmap
     for rank, streams in exact["summary"]["comm_bytes_sent_per_rank"].items():
         assert fast["summary"]["comm_bytes_sent_per_rank"][rank] == pytest.approx(streams, rel=1e-12)
 
@@ -78,3 +88,13 @@ def test_groups_whose_links_carry_other_traffic_are_not_replayed():
     text = SCENARIO.format(nodes=1, per_node=8, topology="{kind: switch, link_bandwidth: 450GB/s, link_latency: 1us}",
                            tp=4, pp=2, dp=1, global_batch=2, schedule="1f1b", virtual=1)
     assert simulate(load_scenario_text(text, "switch.yaml")).summary["replayed_groups"] == 0
+
+
+def test_a_symmetric_runs_table_lists_its_representatives():
+    """fattree-128-1f1b: pp 4, dp 4, tp 8; one rank per stage is walked, 32 images each."""
+    result = simulate(scenario("fattree-128-1f1b"))
+    text = terminal_summary(result)
+    assert "symmetry         4 ranks walked, each standing for 32" in text
+    lines = text.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.startswith("----"))  # under the table's header
+    assert [int(row.split()[0]) for row in lines[rule + 1:]] == [0, 8, 16, 24]  # rank (d=0, p, t=0) = 8 p

@@ -103,6 +103,16 @@ def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Genera
     return None if work is None else results(op, plan, work, buffers)
 
 
+def message_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes) -> tuple[np.ndarray, np.ndarray]:
+    """(sources, destinations) of every message the collective sends, over all its steps, as GPU
+    indices: which routes it will use, known without running it."""
+    group, _, _, _, steps = _start(graph, op, algo, group, None, nbytes, "sum", 0, None)
+    gpu = np.array(group)
+    pairs = [(gpu[step.src], gpu[step.dst]) for step in steps]
+    return (np.concatenate([src for src, _ in pairs]) if pairs else np.zeros(0, np.int64),
+            np.concatenate([dst for _, dst in pairs]) if pairs else np.zeros(0, np.int64))
+
+
 def run_images(network: Network, op: str, algo: str, groups: list[tuple[int, ...]], nbytes,
                label: str | None = None) -> Generator:
     """A SimPy process body timing `op` on several disjoint groups that are images of one another
