@@ -280,13 +280,21 @@ def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ..
 
 def symmetry_of(scenario: Scenario) -> Symmetry | None:
     """The shifts under which this run looks the same from every image (sim.symmetry), or None:
-    numerics must be off (every replica computes on its own data), the fabric must not tell
-    images apart (a switch, or a fat tree with adaptive routing; per-flow ECMP hashes each pair
-    differently), and there must be more than one image."""
-    p, topology = scenario.parallel, scenario.cluster.topology
+    numerics must be off (every replica computes on its own data), there must be more than one
+    image, and the fabric must not tell images apart: one switch (any GPU is like any other), or
+    a fat tree with adaptive routing (per-flow ECMP hashes each pair differently) where a shift
+    maps nodes onto nodes and leaf groups onto leaf groups: tp innermost and inside a node, each
+    block of ep replicas on whole nodes, and blocks and leaf groups nested one in the other."""
+    p, topology, cluster = scenario.parallel, scenario.cluster.topology, scenario.cluster
     if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1:
         return None
-    if not (topology.kind == "switch" or (topology.kind == "fattree" and topology.load_balance == "adaptive")):
+    if topology.kind == "fattree" and topology.load_balance == "adaptive":
+        block_gpus = p.ep * p.pp * p.tp  # what one shift by ep replicas moves
+        block_nodes = block_gpus // cluster.gpus_per_node
+        if (tuple(p.order) != ("dp", "pp", "tp") or cluster.gpus_per_node % p.tp or block_gpus % cluster.gpus_per_node
+                or (block_nodes % topology.leaf_radix and topology.leaf_radix % block_nodes)):
+            return None
+    elif topology.kind != "switch":
         return None
     return Symmetry(layout_of(scenario))
 

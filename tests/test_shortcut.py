@@ -7,7 +7,7 @@ import pytest
 
 from sim.links_plot import utilisation_matrix
 from sim.report import terminal_summary
-from sim.run import simulate
+from sim.run import simulate, symmetry_of
 from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """
@@ -98,3 +98,14 @@ def test_a_symmetric_runs_table_lists_its_representatives():
     lines = text.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.startswith("----"))  # under the table's header
     assert [int(row.split()[0]) for row in lines[rule + 1:]] == [0, 8, 16, 24]  # rank (d=0, p, t=0) = 8 p
+
+
+def test_symmetry_needs_shifts_that_map_the_fat_tree_onto_itself():
+    """A shift must move whole nodes and leaf groups: tp outermost, or replicas straddling leaf
+    groups (pp 3 x tp 8 = 3 nodes per replica against 16-node leaf groups), walk every rank."""
+    base = scenario("fattree-128-1f1b")
+    assert symmetry_of(base) is not None
+    tp_outer = base.parallel.model_copy(update={"order": ["tp", "pp", "dp"]})
+    assert symmetry_of(base.model_copy(update={"parallel": tp_outer})) is None
+    straddling = base.parallel.model_copy(update={"pp": 3})
+    assert symmetry_of(base.model_copy(update={"parallel": straddling})) is None
