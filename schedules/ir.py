@@ -126,10 +126,15 @@ class Program:
     stage_to_rank: dict[int, int] = field(default_factory=dict)
     replicas: tuple[dict[int, int], ...] = ()
     images: bool = False
+    _members: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # group -> in person
 
     def members(self, op: Collective) -> tuple[int, ...]:
         """The members of `op`'s group that join in person: all, or those the program holds."""
-        return tuple(r for r in op.group if r in self.ops) if self.images else op.group
+        if not self.images:
+            return op.group
+        if op.group not in self._members:
+            self._members[op.group] = tuple(r for r in op.group if r in self.ops)
+        return self._members[op.group]
 
     @property
     def ranks(self) -> list[int]:
