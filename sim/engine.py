@@ -175,6 +175,21 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 request.callbacks.append(lambda event, walker=walker: run_ready(walker, event._value))
             walker = value = None
 
+    solos: dict[tuple, object] = {}  # (kind, algorithm, group, bytes) -> recording, or None
+
+    def alone(op: Collective):
+        """The recording of a collective its walker meets alone (the other members are its
+        images, sim.symmetry) and whose links carry nothing else, or None. Its time is known at
+        once, so it runs ahead like a signal: no meeting, no trip through SimPy."""
+        key = (op.kind, op.algorithm, op.group, op.nbytes)
+        if key not in solos:
+            solos[key] = None
+            if symmetry is not None and shortcuts is not None and len(program.members(op)) == 1:
+                images = symmetry.groups(tuple(rank_to_gpu[r] for r in op.group))
+                if all(shortcuts.applies(g) for g in images):
+                    solos[key] = shortcuts.recording(op.kind, op.algorithm, tuple(images), op.nbytes)
+        return solos[key]
+
     def meet(rank: int, op: Collective) -> simpy.Event:
         """Join the collective `op.tag`; the last member to arrive starts it."""
         inputs, done = meetings.setdefault(op.tag, ({}, env.event()))
@@ -261,6 +276,10 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 t += network.signal(gpu, rank_to_gpu[op.peer], t, stream_prefix + label + route_text[op.peer])
                 post((rank, op.peer, op.tag), t, payload)
                 record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, t, 0.0, 0.0)))
+            elif kind is Collective and (recording := alone(op)) is not None:  # replayed on its own: runs ahead
+                start, t = t, t + recording.duration_s
+                network.replay(recording, start, stream_prefix + label)
+                record(_span(Span, (rank, stream, label, op.kind.upper(), None, None, start, t, op.nbytes, 0.0)))
             else:  # the network and collectives work on SimPy's clock: catch up first
                 if t > env.now:
                     yield env.timeout(t - env.now)
