@@ -35,7 +35,7 @@ from sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
 from sim.numerics.reference import reference_step
 from schedules.tensor_parallel import EP_STREAM, TP_STREAM
 from sim.collectives.steps import split_bounds
-from sim.numerics.tensor_parallel import is_sharded, unshard_params
+from sim.numerics.sharding import is_sharded, unshard_params
 from sim.numerics.transformer import ShadowConfig, init_params
 
 _TAG = re.compile(r"(?P<what>e?grads|e?params)@(?P<stage>\d+)\.t\d+(?:\.r\d+)?\.(?:b(?P<bucket>\d+)|(?P<op>.+))$")

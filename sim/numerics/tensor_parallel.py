@@ -31,73 +31,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sim.numerics.sharding import is_sharded, shard_params
 from sim.numerics.stages import StageChecks, stage_layers, stage_param_names
 from sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
 from sim.numerics.moe import ExpertParallelMoE, experts_of_rank, moe_backward, moe_forward
 from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
                                       layernorm_backward, layernorm_forward)
-
-# parameter kind -> (dim cut into t pieces, blocks cut alike); rank k keeps piece k of each block
-SHARDED = {
-    "attn.qkv.w": (-1, 3), "attn.qkv.b": (-1, 3),  # column-parallel by heads, within each of q, k, v
-    "attn.proj.w": (0, 1),  # row-parallel, the same heads
-    "mlp.fc.w": (-1, 1), "mlp.fc.b": (-1, 1),  # column-parallel by ffn
-    "mlp.proj.w": (0, 1),  # row-parallel, the same ffn slice
-    "embed.tok": (0, 1), "head.w": (-1, 1),  # vocab-parallel
-}
-
-
-def _kind(name: str) -> str:
-    """"layer3.attn.qkv.w" -> "attn.qkv.w"; non-layer names are their own kind."""
-    return name.partition(".")[2] if name.startswith("layer") else name
-
-
-def is_sharded(name: str) -> bool:
-    """Whether each rank holds a piece of parameter `name` (else a whole copy)."""
-    return _kind(name) in SHARDED
-
-
-def check_tp_degree(cfg: ShadowConfig, tp: int) -> None:
-    """Raise ValueError unless t divides the heads, the ffn width and the vocabulary."""
-    sizes = {"heads": cfg.heads, "ffn": cfg.ffn, "vocab": cfg.vocab}
-    bad = [f"{knob} ({size})" for knob, size in sizes.items() if tp < 1 or size % tp]
-    if bad:
-        raise ValueError(f"tensor-parallel degree {tp} must divide heads ({cfg.heads}), ffn ({cfg.ffn}) and "
-                         f"vocab ({cfg.vocab}); it does not divide {', '.join(bad)}")
-
-
-def shard_params(params: dict[str, np.ndarray], cfg: ShadowConfig, names, tp: int, k: int) -> dict[str, np.ndarray]:
-    """Rank k's copy of each named parameter: its piece of the sharded ones, the replicated ones whole."""
-    check_tp_degree(cfg, tp)
-    if not 0 <= k < tp:
-        raise ValueError(f"tensor-parallel rank {k} is outside 0..{tp - 1}")
-    shards = {}
-    for name in names:
-        if _kind(name) not in SHARDED:
-            shards[name] = params[name].copy()
-            continue
-        dim, blocks = SHARDED[_kind(name)]
-        shards[name] = np.concatenate([np.split(block, tp, axis=dim)[k]
-                                       for block in np.split(params[name], blocks, axis=dim)], axis=dim)
-    return shards
-
-
-def unshard_params(shards: list[dict[str, np.ndarray]], cfg: ShadowConfig, tp: int) -> dict[str, np.ndarray]:
-    """Inverse of `shard_params` over ranks 0..t-1; replicated parameters are taken from rank 0."""
-    check_tp_degree(cfg, tp)
-    if len(shards) != tp:
-        raise ValueError(f"{len(shards)} shards for a tensor-parallel degree of {tp}")
-    full = {}
-    for name, value in shards[0].items():
-        if _kind(name) not in SHARDED:
-            full[name] = value.copy()
-            continue
-        dim, blocks = SHARDED[_kind(name)]
-        per_rank = [np.split(shard[name], blocks, axis=dim) for shard in shards]
-        full[name] = np.concatenate([np.concatenate([pieces[j] for pieces in per_rank], axis=dim)
-                                     for j in range(blocks)], axis=dim)
-    return full
-
 
 # ---- sequence layout --------------------------------------------------
 
