@@ -30,6 +30,8 @@ from sim.numerics.transformer import ShadowConfig
 from sim.records import EventLog
 from sim.scenario import Scenario
 from sim.shortcut import Shortcuts
+from sim.stage_costs import (alltoall_bytes, expert_bytes, partial_grad_params, stage_forward_flops, stage_layer_range,
+                              stage_moe_layers, stage_params, tensor_parallel_item_flops, weight_bytes)
 from sim.stragglers import straggler_summary
 from sim.symmetry import Symmetry, image_spread_s
 from topologies.registry import TOPOLOGIES
@@ -70,17 +72,6 @@ def layout_of(scenario: Scenario) -> Layout:
     return Layout(p.dp, p.pp, p.tp, tuple(p.order), p.ep)
 
 
-def stage_layer_range(scenario: Scenario, stage: int) -> range:
-    per_stage = scenario.model_spec.layers // scenario.parallel.num_stages
-    return range(stage * per_stage, (stage + 1) * per_stage)
-
-
-def stage_moe_layers(scenario: Scenario, stage: int) -> list[bool]:
-    """For each layer of the stage, whether its MLP is a mixture of experts."""
-    moe = scenario.model_spec.moe
-    return [moe is not None and moe.is_moe_layer(i) for i in stage_layer_range(scenario, stage)]
-
-
 def pipelines_of(layout: Layout) -> list[tuple[int, ...]]:
     """The ranks of every pipeline, one per (data-parallel replica, tensor-parallel shard)."""
     return [layout.pp_group(d, t) for d in range(layout.dp) for t in range(layout.tp)]
@@ -92,116 +83,6 @@ def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
     p = scenario.parallel
     local = stage_ranks(p.pp, p.virtual)
     return [{stage: ranks[r] for stage, r in local.items()} for ranks in pipelines_of(layout_of(scenario))]
-
-
-def stage_params(scenario: Scenario, stage: int) -> float:
-    """Parameters of one stage on one rank. There are pp x v stages of layers / (pp x v) layers
-    each; stage 0 also holds the embeddings and the last stage (pp x v - 1, on rank pp - 1) the
-    final layernorm and LM head; tensor parallelism splits all of it t ways (Megatron shards the
-    vocabulary too; the few replicated layernorm and bias parameters are counted split as well)
-    but an MoE layer's MLP, which splits its tokens instead: every rank holds its router, shared
-    experts and E/ep routed experts whole (`moe_whole_params`)."""
-    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    params = sum(cost.model_layer_params(m, i) for i in stage_layer_range(scenario, stage))
-    if m.moe is not None:  # every MoE MLP parameter; this rank's come back whole below
-        params -= sum(stage_moe_layers(scenario, stage)) * cost.moe_mlp_params(m.hidden, m.moe, m.gated_mlp)
-    if stage == 0:
-        params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
-    if stage == num_stages - 1:
-        params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
-    return params / scenario.parallel.tp + moe_whole_params(scenario, stage)
-
-
-def stage_forward_flops(scenario: Scenario, stage: int) -> float:
-    """Forward FLOPs of one stage for one microbatch on one rank (the last stage adds the LM
-    head; tensor parallelism splits the matmuls t ways)."""
-    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    b = scenario.training.micro_batch
-    forward = sum(cost.model_layer_forward_flops(m, b, i) for i in stage_layer_range(scenario, stage))
-    if stage == num_stages - 1:
-        forward += cost.head_forward_flops(b, m.seq_len, m.hidden, m.vocab)
-    return forward / scenario.parallel.tp
-
-
-def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float]:
-    """FLOPs on one rank of each work item of a tensor-parallel stage op (see
-    schedules.tensor_parallel.tp_stage_plan): a layer's attention or MLP, the LM head, split t
-    ways; a backward is twice its forward, plus the attention core again under selective recompute."""
-    m, t, tp = scenario.model_spec, scenario.training, scenario.parallel.tp
-    b, s, h = t.micro_batch, m.seq_len, m.hidden
-    forward = {"embed": 0.0, "attn": cost.attention_forward_flops(b, s, h) / tp,
-               "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
-               "head": cost.head_forward_flops(b, s, h, m.vocab) / tp}
-    if m.moe is not None:  # each tp rank routes 1/tp of the tokens; balanced experts: k rows per token
-        router = cost.moe_router_flops(b, s, h, m.moe)
-        forward["router"] = router / tp
-        forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - router) / tp
-    selective = cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
-    flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
-    flops["B.attn"] += selective
-    return lambda item, stage: flops[item]
-
-
-def routed_expert_params(scenario: Scenario, stage: int, experts: int) -> float:
-    """Parameters of `experts` routed experts in each of the stage's MoE layers (whole, not split)."""
-    m = scenario.model_spec
-    if m.moe is None:
-        return 0.0
-    return sum(stage_moe_layers(scenario, stage)) * experts * cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
-
-
-def moe_whole_params(scenario: Scenario, stage: int) -> float:
-    """Parameters of the stage's MoE MLPs that every tensor-parallel rank holds whole: each
-    layer's h x E router, shared experts and the rank's E/ep routed experts. The tensor-parallel
-    group splits an MoE MLP's tokens, not its weights (Megatron-Core's expert tensor parallel 1),
-    so each rank's gradients of these are partial sums over the group (`partial_grad_params`)."""
-    m = scenario.model_spec
-    if m.moe is None:
-        return 0.0
-    router_and_shared = m.hidden * m.moe.num_experts + m.moe.shared_experts * cost.mlp_params(
-        m.hidden, m.moe.expert_ffn, m.gated_mlp)
-    return (sum(stage_moe_layers(scenario, stage)) * router_and_shared
-            + routed_expert_params(scenario, stage, m.moe.num_experts // scenario.parallel.ep))
-
-
-def expert_bytes(scenario: Scenario, stage: int) -> float:
-    """Bytes of the 16-bit routed-expert weights a rank holds for a stage, E/ep per MoE layer,
-    whole on every tensor-parallel rank (their gradients, once summed over the tensor-parallel
-    group, are reduced among the ranks holding the same experts)."""
-    moe, p = scenario.model_spec.moe, scenario.parallel
-    return routed_expert_params(scenario, stage, moe.num_experts // p.ep) * 2.0 if moe else 0.0
-
-
-def alltoall_bytes(scenario: Scenario) -> float:
-    """One rank's dispatch (or combine) send buffer: its routed token rows x h x dtype bytes
-    (with a capacity factor, every expert's buffer full), spread evenly over the group."""
-    m = scenario.model_spec
-    if m.moe is None:
-        return 0.0
-    rows = cost.moe_routed_rows(scenario.training.micro_batch, m.seq_len, m.moe)
-    return rows * m.hidden * scenario.dtype_bytes / scenario.parallel.tp
-
-
-def replicated_params(scenario: Scenario, stage: int) -> float:
-    """Parameters every rank of a tensor-parallel group holds whole outside the MoE MLPs: each
-    layer's two layernorms (gain and bias) and row-parallel attention bias, a dense layer's MLP
-    bias, and the final layernorm on the last stage."""
-    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    dense = sum(not moe for moe in stage_moe_layers(scenario, stage))
-    return (m.layers // num_stages * 5 + dense) * m.hidden + (2 * m.hidden if stage == num_stages - 1 else 0)
-
-
-def partial_grad_params(scenario: Scenario, stage: int) -> float:
-    """Parameters whose gradients each tensor-parallel rank computes from its own share of the
-    tokens, summed over the group once per step (tp > 1): the MoE MLPs' whole parameters, and
-    with sequence parallelism (chunks of the sequence) the replicated ones too."""
-    sp = scenario.parallel.sequence_parallel
-    return moe_whole_params(scenario, stage) + (replicated_params(scenario, stage) if sp else 0.0)
-
-
-def weight_bytes(scenario: Scenario, stage: int) -> float:
-    """Bytes of a stage's 16-bit weights (= its gradients'), what data parallelism moves."""
-    return stage_params(scenario, stage) * 2.0
 
 
 def make_program(scenario: Scenario, representatives: Collection[int] | None = None) -> Program:

@@ -145,7 +145,7 @@ def test_full_recompute_of_an_moe_layer_is_its_forward():
 
 def totals(spec: ModelSpec) -> tuple[int, int]:
     """(total, active) parameters: the layers, the token embedding, the LM head and the final
-    norm. No position embedding: both models use RoPE (sim.run.stage_params adds seq_len x h
+    norm. No position embedding: both models use RoPE (sim.stage_costs.stage_params adds seq_len x h
     for every model, a small overcount these checks leave out)."""
     outside = 2 * spec.vocab * spec.hidden + 2 * spec.hidden
     total = sum(cost.model_layer_params(spec, i) for i in range(spec.layers)) + outside

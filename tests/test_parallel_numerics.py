@@ -13,7 +13,8 @@ from schedules.ir import Compute
 from schedules.tensor_parallel import tp_stage_plan
 from sim.numerics.moe import experts_of_rank
 from sim.report import terminal_summary
-from sim.run import simulate, stage_moe_layers
+from sim.run import simulate
+from sim.stage_costs import stage_moe_layers
 from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """

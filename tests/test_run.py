@@ -7,7 +7,8 @@ import pytest
 
 from schedules.ir import Send
 from sim.cli import main
-from sim.run import simulate, stage_params
+from sim.run import simulate
+from sim.stage_costs import stage_params
 from sim.scenario_loader import load_scenario_text
 
 SCENARIO = """
