@@ -175,20 +175,30 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 request.callbacks.append(lambda event, walker=walker: run_ready(walker, event._value))
             walker = value = None
 
-    solos: dict[tuple, object] = {}  # (kind, algorithm, group, bytes) -> recording, or None
+    replays: dict[tuple, object] = {}  # (kind, algorithm, group, bytes) -> recording, or None
 
-    def alone(op: Collective):
-        """The recording of a collective its walker meets alone (the other members are its
-        images, sim.symmetry) and whose links carry nothing else, or None. Its time is known at
-        once, so it runs ahead like a signal: no meeting, no trip through SimPy."""
-        key = (op.kind, op.algorithm, op.group, op.nbytes)
-        if key not in solos:
-            solos[key] = None
-            if symmetry is not None and shortcuts is not None and len(program.members(op)) == 1:
-                images = symmetry.groups(tuple(rank_to_gpu[r] for r in op.group))
-                if all(shortcuts.applies(g) for g in images):
-                    solos[key] = shortcuts.recording(op.kind, op.algorithm, tuple(images), op.nbytes)
-        return solos[key]
+    def replay_of(op: Collective, nbytes) -> object:
+        """The recording to replay for `op` (its group and images, sim.shortcut), or None when it
+        must move its flows: an uneven all-to-all, or links that carry other traffic."""
+        if shortcuts is None or np.ndim(nbytes):
+            return None
+        key = (op.kind, op.algorithm, op.group, nbytes)
+        if key not in replays:
+            images = image_groups(op)
+            replays[key] = (shortcuts.recording(op.kind, op.algorithm, tuple(images), nbytes)
+                            if all(shortcuts.applies(g) for g in images) else None)
+        return replays[key]
+
+    def image_groups(op: Collective) -> list[tuple[int, ...]]:
+        """The GPUs of `op`'s group, first, and of its images (sim.symmetry)."""
+        gpus = tuple(rank_to_gpu[r] for r in op.group)
+        return symmetry.groups(gpus) if symmetry is not None else [gpus]
+
+    def alone(op: Collective) -> object:
+        """The recording of a replayed collective its walker meets alone (the other members are
+        its images), or None. Its time is known at once, so it runs ahead like a signal: no
+        meeting, no trip through SimPy."""
+        return replay_of(op, op.nbytes) if symmetry is not None and len(program.members(op)) == 1 else None
 
     def meet(rank: int, op: Collective) -> simpy.Event:
         """Join the collective `op.tag`; the last member to arrive starts it."""
@@ -202,11 +212,10 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
     def run_group(op: Collective, inputs: dict[int, object], done: simpy.Event):
         buffers, counts, nbytes = (unpack_pieces([inputs[r] for r in op.group], op.nbytes) if numerics is not None
                                    else (None, None, op.nbytes))
-        gpus = tuple(rank_to_gpu[r] for r in op.group)
-        images = symmetry.groups(gpus) if symmetry is not None else [gpus]  # gpus first
+        images = image_groups(op)
+        gpus = images[0]
         label = f"{op.stream}:{op.label}"
-        if shortcuts is not None and np.ndim(nbytes) == 0 and all(shortcuts.applies(g) for g in images):
-            recording = shortcuts.recording(op.kind, op.algorithm, tuple(images), nbytes)
+        if (recording := replay_of(op, nbytes)) is not None:
             start = env.now
             yield env.timeout(recording.duration_s)
             network.replay(recording, start, label)

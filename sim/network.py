@@ -100,14 +100,17 @@ class Network:
         self.link_bytes = np.zeros(self.num_links)
         self.link_busy_s = np.zeros(self.num_links)
         self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
-        self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # chunks of (times, links, loads):
-        self._load = np.zeros(self.num_links)  # the links whose load changed and the new load; the load now
+        # chunks of (times, links, loads, place): the links whose load changed, the new load, and the
+        # chunk's place among the chunks and replays, to keep changes at one instant in their order
+        self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+        self._load = np.zeros(self.num_links)  # the load now
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple] = []  # delivered messages, a batch of arrays per finish
         self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
-        self._replays: list[tuple[Recording, float, int, int]] = []  # (recording, start, group id, its place
-        # among the timeline's chunks), expanded at the end
+        self._replays: list[tuple[Recording, float, int, int]] = []  # (recording, start, group id, place),
+        # expanded at the end
+        self._replayed_messages = 0
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -211,13 +214,18 @@ class Network:
         flows = self._flows
         changed = np.flatnonzero(flows.load != self._load)
         self._load[changed] = flows.load[changed]
-        self._timeline.append((np.broadcast_to(self.env.now, changed.shape), changed, self._load[changed]))
+        self._timeline.append((np.broadcast_to(self.env.now, changed.shape), changed, self._load[changed],
+                               self._next_place()))
         if not flows.num_alive:
             return
         np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
         first, self._batch = flows.next_finish(self.env.now, FINISH_TOGETHER)
         generation = self._generation
         self.env.timeout(first).callbacks.append(lambda _: self._wake(generation))
+
+    def _next_place(self) -> int:
+        """The place of the next load-change chunk or replay, in the order they happen."""
+        return len(self._timeline) + len(self._replays)
 
     def _wake(self, generation: int) -> None:
         if generation != self._generation:
@@ -264,7 +272,7 @@ class Network:
 
     def _listing_replays(self) -> bool:
         """Whether replayed collectives' messages are listed one by one (else summed, see flow_table)."""
-        return sum(len(r.messages[0]) for r, *_ in self._replays) <= LISTED_REPLAY_MESSAGES_MAX
+        return self._replayed_messages <= LISTED_REPLAY_MESSAGES_MAX
 
     def _messages(self) -> tuple:
         """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
@@ -317,12 +325,8 @@ class Network:
         if links is not None:
             wanted[:] = False
             wanted[links] = True
-        chunks = []  # (times, links, loads, place): places number the chunks and replays as they came
-        taken = np.zeros(len(self._timeline) + len(self._replays), dtype=bool)
-        taken[[place for *_, place in self._replays]] = True
-        places = np.flatnonzero(~taken).tolist()  # the timeline's own chunks fill the other places
-        for (t, l, v), place in zip(self._timeline, places):
-            chunks.append((t[wanted[l]], l[wanted[l]], v[wanted[l]], np.full(int(wanted[l].sum()), place)))
+        chunks = [(t[wanted[l]], l[wanted[l]], v[wanted[l]], np.full(int(wanted[l].sum()), place))
+                  for t, l, v, place in self._timeline]
         by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
         for r, at, _, place in self._replays:
             entry = by_recording.setdefault(id(r), (r, [], []))
@@ -344,7 +348,7 @@ class Network:
         """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
         order, of the TIMELINE_LINKS hottest links only when the whole one would be too long."""
         util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
-        entries = sum(len(t) for t, _, _ in self._timeline) + sum(len(r.timeline[0]) for r, *_ in self._replays)
+        entries = sum(len(t) for t, *_ in self._timeline) + sum(len(r.timeline[0]) for r, *_ in self._replays)
         hottest = (np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
                    if entries > TIMELINE_ENTRIES_MAX else None)
         return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
@@ -368,7 +372,8 @@ class Network:
         self.link_bytes[r.links] += r.bytes
         self.link_busy_s[r.links] += r.busy_s
         np.maximum.at(self.link_peak_flows, r.links, r.peak_flows)
-        self._replays.append((r, start_s, len(self._labels), len(self._timeline) + len(self._replays)))
+        self._replays.append((r, start_s, len(self._labels), self._next_place()))
+        self._replayed_messages += len(r.messages[0])
         self._labels.append(label)
         self.reshares += r.reshares
         self.flows_reshared += r.flows_reshared

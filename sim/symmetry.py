@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from schedules.layout import Layout
+from sim.metrics import stream_of_flows
 from sim.records import FlowTable
 
 
@@ -75,8 +76,10 @@ def image_spread_s(flows: FlowTable) -> float:
     """The largest gap between the landing times of one message's images (0.0 when they kept
     pace): a representative's point-to-point message (stream "send") and its images go out as
     one group, one label, so their end times must agree."""
-    is_send = np.array([name.startswith("send:") for name in flows.labels], dtype=bool)
-    mask = is_send[flows.label] if len(flows) else np.zeros(0, dtype=bool)
+    streams, stream_of = stream_of_flows(flows, flows.label)
+    if "send" not in streams:
+        return 0.0
+    mask = stream_of == streams.index("send")
     if not mask.any():
         return 0.0
     label, end = flows.label[mask], flows.end_s[mask]
