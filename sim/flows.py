@@ -13,7 +13,8 @@ import numpy as np
 
 from sim.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
 
-PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
+PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "members",
+            "alive")
 
 
 class ActiveFlows:
@@ -32,6 +33,7 @@ class ActiveFlows:
         self.src = np.zeros(0, dtype=np.int64)
         self.dst = np.zeros(0, dtype=np.int64)
         self.group = np.zeros(0, dtype=np.int64)
+        self.members = np.zeros(0, dtype=np.int64)  # the network's note of the messages a flow stands for
         self.alive = np.zeros(0, dtype=bool)
         self.flow_ptr = np.zeros(1, dtype=np.int64)
         self.flow_links = np.zeros(0, dtype=np.int64)
@@ -41,6 +43,7 @@ class ActiveFlows:
         self.load = np.zeros(num_links)  # sum of living flows' rates per link
         self.num_alive = 0
         self.last_refilled = 0  # flows the last fill worked on (a speed measure)
+        self.touched = np.zeros(0, dtype=np.int64)  # links whose load or count the last fill changed
 
     def pairs_of(self, flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(link ids, owning flow's position in `flows`) of every (flow, link) pair of `flows`."""
@@ -48,8 +51,10 @@ class ActiveFlows:
         return self.flow_links[concat_ranges(starts, ends)], np.repeat(np.arange(len(flows)), ends - starts)
 
     def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> None:
-        """Append flows (paths as CSR, one value per flow per column of PER_FLOW but alive/rate)."""
+        """Append flows (paths as CSR, one value per flow per column of PER_FLOW but alive/rate;
+        `members` optional)."""
         n = len(ptr) - 1
+        columns.setdefault("members", np.full(n, -1))
         columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"],
                        since=columns["start"], finish_at=np.full(n, np.inf))
         for name in PER_FLOW:
@@ -103,6 +108,7 @@ class ActiveFlows:
         self.load += np.bincount(links, weights=self.rate[refill][of], minlength=num_links)
         self._plan(refill, now)
         self.last_refilled = len(refill)
+        self.touched = np.unique(links)
 
     def finish(self, gone: np.ndarray, now: float) -> None:
         """Mark flows `gone` (indices) dead and re-fill only the flows whose rate may change."""
@@ -129,6 +135,7 @@ class ActiveFlows:
         self.load += np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
         self._plan(refill, now)
         self.last_refilled = len(refill)
+        self.touched = np.unique(np.concatenate([gone_links, refill_links]))
         if len(self.alive) > 64 and self.num_alive < len(self.alive) // 2:
             self._sweep()
 

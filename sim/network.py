@@ -27,9 +27,10 @@ import simpy
 
 from sim.flows import ActiveFlows
 from sim.maxmin import concat_ranges, row_lengths
+from sim.orbits import Orbits
 from sim.records import FlowTable, LinkStats
 from topologies.routing import Router, make_router
-from topologies.schema import BANDWIDTH, LATENCY, node_label
+from topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
 PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
@@ -66,9 +67,15 @@ class _Group:
 
 
 class Network:
-    """Moves bytes between GPUs over a topology graph (see topologies.schema)."""
+    """Moves bytes between GPUs over a topology graph (see topologies.schema).
 
-    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, router: Router | None = None):
+    With `images` ([shift, GPU] -> GPU, the identity first: sim.symmetry's shifts) every message
+    moves together with all its images, and the network solves one flow per orbit (sim.orbits):
+    a transfer moves each distinct message it is given and its images, once.
+    """
+
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, router: Router | None = None,
+                 images: np.ndarray | None = None):
         self.env = env
         self.graph = graph
         edges = list(graph.edges(data=True))
@@ -79,6 +86,12 @@ class Network:
         self.router = router or make_router(graph)
         self._latency_cache: dict[tuple[int, int], float] = {}
         self._pattern_cache: dict[tuple[bytes, bytes], tuple] = {}
+        self.orbits = None
+        if images is not None:  # GPUs outside the shifted ranks stay where they are
+            num_gpus = len(gpu_nodes(graph))
+            whole = np.tile(np.arange(num_gpus), (len(images), 1))
+            whole[:, :images.shape[1]] = images
+            self.orbits = Orbits(whole, self.capacity_Bps)
         self._reset_state()
 
     def fresh(self, env: simpy.Environment) -> Network:
@@ -86,19 +99,22 @@ class Network:
         re-reading of the graph), with no flows and no statistics."""
         twin = copy.copy(self)
         twin.env = env
+        if self.orbits is not None:  # the twin moves every flow itself (its routes are cached apart)
+            twin.orbits, twin._pattern_cache = None, {}
         twin._reset_state()
         return twin
 
     def _reset_state(self) -> None:
-        self._flows = ActiveFlows(self.capacity_Bps)
+        self._flows = ActiveFlows(self.capacity_Bps if self.orbits is None else self.orbits.capacity_Bps)
+        self._member_sets: list[tuple | None] = []  # a quotient flow's messages: (src, dst, route CSR)
         self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
-        self._t = 0.0
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
         self._labels: list[str] = []  # group id -> label
         # statistics
         self.link_bytes = np.zeros(self.num_links)
         self.link_busy_s = np.zeros(self.num_links)
+        self._busy_from = np.full(self.num_links, np.nan)  # since when a link carries flows (NaN: idle)
         self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
         # chunks of (times, links, loads, place): the links whose load changed, the new load, and the
         # chunk's place among the chunks and replays, to keep changes at one instant in their order
@@ -133,17 +149,37 @@ class Network:
         self._signals.append((src, dst, start_s, start_s + latency_s, label))
         return latency_s
 
-    def _routes_of(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
-        """(CSR of the routed messages' links, every message's path latency), cached by the
-        (src, dst) pattern: a collective repeats the same few patterns step after step."""
+    def _cached(self, src: np.ndarray, dst: np.ndarray, make):
+        """make(src, dst), cached by the (src, dst) pattern: a collective repeats the same few
+        patterns step after step."""
         if len(src) > PATTERN_MAX_MESSAGES:  # a one-off bulk (an all-to-all): not worth keeping
-            return self._route(src, dst, routed)
+            return make(src, dst)
         key = (src.tobytes(), dst.tobytes())
         if key not in self._pattern_cache:
             if len(self._pattern_cache) >= PATTERN_CACHE_SIZE:
                 self._pattern_cache.clear()
-            self._pattern_cache[key] = self._route(src, dst, routed)
+            self._pattern_cache[key] = make(src, dst)
         return self._pattern_cache[key]
+
+    def _orbit_routes(self, src: np.ndarray, dst: np.ndarray):
+        """For messages given by a symmetric run: (which of them stand for their orbits, every
+        member's src, dst, routed mask, route CSR and latency (orbit-major), the routed orbits'
+        routes on canonical links (CSR), each routed orbit's (src, dst, route CSR))."""
+        orbits = self.orbits
+        picked = np.unique(orbits.keys(src, dst), return_index=True)[1]
+        picked.sort()
+        full_src, full_dst = orbits.members(src[picked], dst[picked])
+        routed = full_src != full_dst
+        ptr, links, latency = self._route(full_src, full_dst, routed)
+        size = orbits.size
+        flow_ptr, flow_links = orbits.learn(ptr, links, int(routed[::size].sum()))
+        members = []
+        for j in range(len(flow_ptr) - 1):
+            rows = ptr[j * size:(j + 1) * size + 1]
+            first = np.flatnonzero(routed)[j * size]
+            members.append((full_src[first:first + size], full_dst[first:first + size], rows - rows[0],
+                            links[rows[0]:rows[-1]]))
+        return picked, full_src, full_dst, routed, ptr, links, latency, flow_ptr, flow_links, members
 
     def _route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
         ptr, links = (self.router.route_many(src[routed], dst[routed]) if routed.any()
@@ -171,8 +207,13 @@ class Network:
         now = self.env.now
         gid = len(self._labels)
         self._labels.append(label)
-        routed = src != dst
-        ptr, links, latency = self._routes_of(src, dst, routed)
+        if self.orbits is None:
+            routed = src != dst
+            ptr, links, latency = self._cached(src, dst, lambda s, d: self._route(s, d, s != d))
+        else:
+            (picked, src, dst, routed, ptr, links, latency, flow_ptr, flow_links,
+             members) = self._cached(src, dst, self._orbit_routes)
+            nbytes = np.repeat(nbytes[picked], self.orbits.size)
         moving = routed & (nbytes > 0)
         ptr, links = _sub_csr(ptr, links, moving[routed])
         # zero-byte messages still pay the path latency; a message to oneself pays nothing
@@ -181,18 +222,25 @@ class Network:
         if idle.any():
             self._record(src[idle], dst[idle], np.full(idle.sum(), now), now + latency[idle], nbytes[idle], gid,
                          np.zeros(idle.sum() + 1, np.int64), np.zeros(0, np.int64))
-        group = _Group(int(moving.sum()), land_s, done or self.env.event(), payload)
+        flows_started = int(moving.sum()) // (1 if self.orbits is None else self.orbits.size)
+        group = _Group(flows_started, land_s, done or self.env.event(), payload)
         self._groups[gid] = group
         if group.pending == 0:
             self._land(gid)
             return group.done
-        self._advance()
         self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], row_lengths(ptr)),
                                        minlength=self.num_links)
-        n = int(moving.sum())
+        n = flows_started
+        extra = {}
+        if self.orbits is not None:  # one flow per orbit: its first member, on canonical links
+            keep = moving[routed][::self.orbits.size]
+            ptr, links = _sub_csr(flow_ptr, flow_links, keep)
+            extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
+            self._member_sets.extend(m for m, k in zip(members, keep.tolist()) if k)
+            moving = np.flatnonzero(moving)[::self.orbits.size]
         first = len(self._flows.alive)
         self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
-                        src=src[moving], dst=dst[moving], group=np.full(n, gid))
+                        src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
         self._flows.fill_component(np.arange(first, first + n), now)
         self.reshares += 1
         self.flows_reshared += self._flows.last_refilled
@@ -201,24 +249,30 @@ class Network:
 
     # -- the fluid model -----------------------------------------------------------------------
 
-    def _advance(self) -> None:
-        """Accumulate link busy time up to now."""
-        elapsed = self.env.now - self._t
-        if elapsed > 0 and self._flows.num_alive:
-            self.link_busy_s += elapsed * (self._flows.count > 0)
-        self._t = self.env.now
-
     def _after_fill(self) -> None:
         """Record the new loads, then schedule one timeout for the next batch of finishes."""
         self._generation += 1
-        flows = self._flows
-        changed = np.flatnonzero(flows.load != self._load)
-        self._load[changed] = flows.load[changed]
-        self._timeline.append((np.broadcast_to(self.env.now, changed.shape), changed, self._load[changed],
+        flows, now = self._flows, self.env.now
+        links = flows.touched
+        if self.orbits is None:
+            load, count = flows.load[links], flows.count[links]
+        else:  # the quotient's, on every link of each orbit
+            links = self.orbits.expand(links)
+            canon, per_link = self.orbits.canon[links], self.orbits.per_link[links]
+            load, count = flows.load[canon] * per_link, np.rint(flows.count[canon] * per_link).astype(np.int64)
+        changed = load != self._load[links]
+        self._load[links[changed]] = load[changed]
+        self._timeline.append((np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed],
                                self._next_place()))
+        self.link_peak_flows[links] = np.maximum(self.link_peak_flows[links], count)
+        idle = np.isnan(self._busy_from[links])
+        busy = count > 0
+        self._busy_from[links[busy & idle]] = now
+        ends = links[~busy & ~idle]
+        self.link_busy_s[ends] += now - self._busy_from[ends]
+        self._busy_from[ends] = np.nan
         if not flows.num_alive:
             return
-        np.maximum(self.link_peak_flows, flows.count, out=self.link_peak_flows)
         first, self._batch = flows.next_finish(self.env.now, FINISH_TOGETHER)
         generation = self._generation
         self.env.timeout(first).callbacks.append(lambda _: self._wake(generation))
@@ -230,15 +284,17 @@ class Network:
     def _wake(self, generation: int) -> None:
         if generation != self._generation:
             return  # flows started since; that re-fill scheduled its own wake
-        self._advance()
         flows, finished = self._flows, self._batch
         landing = self.env.now + flows.latency[finished]
-        links, owner = flows.pairs_of(finished)
-        ptr = np.zeros(len(finished) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
         finished_groups = flows.group[finished]
-        self._record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
-                     flows.nbytes[finished], finished_groups, ptr, links)
+        if self.orbits is None:
+            links, owner = flows.pairs_of(finished)
+            ptr = np.zeros(len(finished) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
+            self._record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
+                         flows.nbytes[finished], finished_groups, ptr, links)
+        else:  # every member of each finished orbit lands with it
+            self._record_members(finished, landing, finished_groups)
         flows.finish(finished, self.env.now)
         self.reshares += 1
         self.flows_reshared += flows.last_refilled
@@ -250,6 +306,19 @@ class Network:
             if group.pending == 0:
                 self._land(gid)
         self._after_fill()
+
+    def _record_members(self, finished: np.ndarray, landing: np.ndarray, groups: np.ndarray) -> None:
+        flows, sets = self._flows, self._member_sets
+        members = [sets[m] for m in flows.members[finished].tolist()]
+        for m in flows.members[finished].tolist():
+            sets[m] = None
+        lengths = np.concatenate([row_lengths(ptr) for _, _, ptr, _ in members])
+        ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        each = np.repeat(np.arange(len(finished)), self.orbits.size)
+        self._record(np.concatenate([s for s, *_ in members]), np.concatenate([d for _, d, *_ in members]),
+                     flows.start[finished][each], landing[each], flows.nbytes[finished][each], groups[each], ptr,
+                     np.concatenate([links for *_, links in members]))
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)

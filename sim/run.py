@@ -11,13 +11,14 @@ from dataclasses import dataclass
 import networkx as nx
 import simpy
 
-from schedules.ir import Compute, Program
+from schedules.ir import Collective, Compute, Program
 from schedules.data_parallel import add_data_parallel, bucket_sizes
 from schedules.layout import Layout
 from schedules.pipeline import build_program, rank_order, stage_ranks
 from schedules.tensor_parallel import add_tensor_parallel
 from schedules.validate import validate
 from sim import cost, metrics
+from sim.collectives.run import step_pairs
 from sim.engine import run_program
 from sim.links_plot import hottest_links
 from sim.network import Network
@@ -169,15 +170,21 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
     p, topology, cluster = scenario.parallel, scenario.cluster.topology, scenario.cluster
     if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1:
         return None
+    fabric_step = None
     if topology.kind == "fattree" and topology.load_balance == "adaptive":
         block_gpus = p.ep * p.pp * p.tp  # what one shift by ep replicas moves
         block_nodes = block_gpus // cluster.gpus_per_node
         if (tuple(p.order) != ("dp", "pp", "tp") or cluster.gpus_per_node % p.tp or block_gpus % cluster.gpus_per_node
                 or (block_nodes % topology.leaf_radix and topology.leaf_radix % block_nodes)):
             return None
+        # a shift maps the fat tree onto itself when it moves whole leaf groups (and wraps round whole ones)
+        nodes = p.dp // p.ep * block_nodes
+        fabric_step = (p.ep if nodes <= topology.leaf_radix
+                       else p.ep * max(1, topology.leaf_radix // block_nodes) if nodes % topology.leaf_radix == 0
+                       else p.dp)
     elif topology.kind != "switch":
         return None
-    return Symmetry(layout_of(scenario))
+    return Symmetry(layout_of(scenario), fabric_step)
 
 
 def program_of(scenario: Scenario, exact: bool = False) -> Program:
@@ -207,6 +214,9 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
     shortcuts = None if exact else Shortcuts(program, network, _Identity(), symmetry)
+    if symmetry is not None and (images := symmetry.network_images(_self_mapped_steps(program, graph, shortcuts,
+                                                                                     symmetry))) is not None:
+        network = Network(network.env, graph, network.router, images)
     log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress,
                       shortcuts=shortcuts, symmetry=symmetry)
     memory = memory_of(scenario, log)
@@ -214,6 +224,16 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
     summary |= straggler_summary(log)
     return RunResult(scenario, program, graph, log, memory, summary)
+
+
+def _self_mapped_steps(program: Program, graph, shortcuts: Shortcuts, symmetry: Symmetry):
+    """Each collective that moves its flows on a group some shift maps onto itself: the group
+    and its steps' (sources, destinations), for Symmetry.network_images."""
+    variants = {(op.kind, op.algorithm, op.group, op.nbytes) for ops in program.ops.values() for op in ops
+                if isinstance(op, Collective)}
+    for kind, algorithm, group, nbytes in sorted(variants):
+        if not shortcuts.applies(group) and len(symmetry.groups(group)) < symmetry.images_per_rank:
+            yield group, step_pairs(graph, kind, algorithm, group, nbytes)
 
 
 def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:

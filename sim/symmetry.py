@@ -20,15 +20,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Iterable
+
 from schedules.layout import Layout
 from sim.metrics import stream_of_flows
+from sim.orbits import MessageOrbits
 from sim.records import FlowTable
 
 
 class Symmetry:
     """The shifts of a layout, as maps from each rank to its image under each shift."""
 
-    def __init__(self, layout: Layout):
+    def __init__(self, layout: Layout, fabric_step: int | None = None):
+        """`fabric_step`: the replica shifts that are also automorphisms of the fabric (routes map
+        to routes, so the network may solve one flow per orbit, sim.orbits) are its multiples;
+        default every shift (a switch)."""
         grid = layout.grid  # (dp, pp, tp) -> rank
         d, p, t = np.meshgrid(np.arange(layout.dp), np.arange(layout.pp), np.arange(layout.tp), indexing="ij")
         shifts = [(a, b) for a in range(0, layout.dp, layout.ep) for b in range(layout.tp)]
@@ -41,6 +47,33 @@ class Symmetry:
         for rep in self.representatives:
             rep_of[self.image[:, rep]] = rep
         self.rep_of = rep_of  # rank -> the representative that stands for it
+        self.shifts = shifts  # (replicas, shards) of each row of `image`
+        self._fabric_step = fabric_step or layout.ep
+
+    def network_images(self, steps: Iterable[tuple[tuple[int, ...], list]]) -> np.ndarray | None:
+        """The shifts under which the network may keep one flow per orbit (sim.orbits), as image
+        rows: the fabric's, else its replica shifts, else the shard shifts, else None. The flows in
+        flight must be whole orbits: a group some shift maps onto itself must run steps that the
+        shift maps onto themselves (a ring turned by its own rotation is; halving-doubling is not).
+        `steps`: each moving collective on a group that a shift maps onto itself, as its group and
+        its steps' (sources, destinations)."""
+        fabric = [a % self._fabric_step == 0 for a, _ in self.shifts]
+        candidates = [fabric, [f and b == 0 for f, (_, b) in zip(fabric, self.shifts)], [a == 0 for a, _ in self.shifts]]
+        steps = list(steps)
+        for rows in candidates:
+            if sum(rows) == 1:
+                continue
+            orbits = MessageOrbits(self.image[np.array(rows)])
+            if all(orbits.closed(*self._on_images(group, src, dst)) for group, pairs in steps for src, dst in pairs):
+                return orbits.image
+        return None
+
+    def _on_images(self, group: tuple[int, ...], src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A step's messages on `group` (GPUs) and the same step on each of the group's images."""
+        moved = np.zeros((len(self.groups(group)), self.world), dtype=np.int64)
+        for row, image in zip(moved, self.groups(group)):
+            row[list(group)] = image
+        return moved[:, src].ravel(), moved[:, dst].ravel()
 
     @property
     def images_per_rank(self) -> int:

@@ -103,12 +103,17 @@ def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Genera
     return None if work is None else results(op, plan, work, buffers)
 
 
-def message_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes) -> tuple[np.ndarray, np.ndarray]:
-    """(sources, destinations) of every message the collective sends, over all its steps, as GPU
-    indices: which routes it will use, known without running it."""
+def step_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(sources, destinations) of each step's messages, as GPU indices: which routes the
+    collective will use, step by step, known without running it."""
     group, _, _, _, steps = _start(graph, op, algo, group, None, nbytes, "sum", 0, None)
     gpu = np.array(group)
-    pairs = [(gpu[step.src], gpu[step.dst]) for step in steps]
+    return [(gpu[step.src], gpu[step.dst]) for step in steps]
+
+
+def message_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes) -> tuple[np.ndarray, np.ndarray]:
+    """(sources, destinations) of every message the collective sends, over all its steps."""
+    pairs = step_pairs(graph, op, algo, group, nbytes)
     return (np.concatenate([src for src, _ in pairs]) if pairs else np.zeros(0, np.int64),
             np.concatenate([dst for _, dst in pairs]) if pairs else np.zeros(0, np.int64))
 
@@ -116,18 +121,17 @@ def message_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[
 def run_images(network: Network, op: str, algo: str, groups: list[tuple[int, ...]], nbytes,
                label: str | None = None) -> Generator:
     """A SimPy process body timing `op` on several disjoint groups that are images of one another
-    (sim.symmetry), step by step together: step i of every group goes out as one transfer. Each
-    image takes the same time per step as the others, so this is running them apart at the cost
-    of one re-share per step instead of one per group and step."""
-    graph = getattr(network, "graph", None)
-    starts = [_start(graph, op, algo, group, None, nbytes, "sum", 0, None) for group in groups]
-    gpus = [np.array(group) for group, *_ in starts]
-    for steps in zip(*(steps for *_, steps in starts), strict=True):
-        src = np.concatenate([gpu[step.src] for gpu, step in zip(gpus, steps)])
-        if len(src):
-            dst = np.concatenate([gpu[step.dst] for gpu, step in zip(gpus, steps)])
-            yield network.transfer_many(src, dst, np.concatenate([step.nbytes for step in steps]),
-                                        label or f"{op}:{starts[0][1]}")
+    (sim.symmetry: groups[k][i] is the image of groups[0][i]), step by step together: step i of
+    every group goes out as one transfer. Each image takes the same time per step as the others,
+    so this is running them apart at the cost of one re-share per step instead of one per group
+    and step. The steps are planned once, on the first group, and moved onto the others."""
+    group, name, _, _, steps = _start(getattr(network, "graph", None), op, algo, groups[0], None, nbytes, "sum", 0,
+                                      None)
+    gpus = np.array(groups)  # (images, members)
+    for step in steps:
+        if len(step.src):
+            yield network.transfer_many(gpus[:, step.src].ravel(), gpus[:, step.dst].ravel(),
+                                        np.tile(step.nbytes, len(gpus)), label or f"{op}:{name}")
 
 
 def time_collective(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int] | None, nbytes,
