@@ -50,10 +50,11 @@ class ActiveFlows:
         starts, ends = self.flow_ptr[flows], self.flow_ptr[flows + 1]
         return self.flow_links[concat_ranges(starts, ends)], np.repeat(np.arange(len(flows)), ends - starts)
 
-    def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> None:
+    def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> np.ndarray:
         """Append flows (paths as CSR, one value per flow per column of PER_FLOW but alive/rate;
-        `members` optional)."""
+        `members` optional); their indices."""
         n = len(ptr) - 1
+        first = len(self.alive)
         columns.setdefault("members", np.full(n, -1))
         columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"],
                        since=columns["start"], finish_at=np.full(n, np.inf))
@@ -64,6 +65,17 @@ class ActiveFlows:
         self.link_ptr, self.link_flows = link_csr(self.flow_ptr, self.flow_links, len(self.capacity_Bps))
         self.count += np.bincount(links, minlength=len(self.count))
         self.num_alive += n
+        return np.arange(first, first + n)
+
+    def take(self, flows: np.ndarray, name: str) -> np.ndarray:
+        """One column's values for `flows`."""
+        return getattr(self, name)[flows]
+
+    def loads(self, links: np.ndarray) -> np.ndarray:
+        return self.load[links]
+
+    def counts(self, links: np.ndarray) -> np.ndarray:
+        return self.count[links]
 
     def _drain(self, flows: np.ndarray, now: float) -> None:
         """Bring `flows`' remaining bytes up to `now` at their current rates."""

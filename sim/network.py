@@ -25,6 +25,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from sim.few_flows import FewFlows
 from sim.flows import ActiveFlows
 from sim.maxmin import concat_ranges, row_lengths
 from sim.orbits import Orbits
@@ -105,7 +106,8 @@ class Network:
         return twin
 
     def _reset_state(self) -> None:
-        self._flows = ActiveFlows(self.capacity_Bps if self.orbits is None else self.orbits.capacity_Bps)
+        # a symmetric run's quotient has a handful of flows in flight: kept as Python objects
+        self._flows = ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
         self._member_sets: list[tuple | None] = []  # a quotient flow's messages: (src, dst, route CSR)
         self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
         self._generation = 0
@@ -228,8 +230,7 @@ class Network:
         if group.pending == 0:
             self._land(gid)
             return group.done
-        self.link_bytes += np.bincount(links, weights=np.repeat(nbytes[moving], row_lengths(ptr)),
-                                       minlength=self.num_links)
+        np.add.at(self.link_bytes, links, np.repeat(nbytes[moving], row_lengths(ptr)))
         n = flows_started
         extra = {}
         if self.orbits is not None:  # one flow per orbit: its first member, on canonical links
@@ -238,10 +239,9 @@ class Network:
             extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
             self._member_sets.extend(m for m, k in zip(members, keep.tolist()) if k)
             moving = np.flatnonzero(moving)[::self.orbits.size]
-        first = len(self._flows.alive)
-        self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
-                        src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
-        self._flows.fill_component(np.arange(first, first + n), now)
+        ids = self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
+                              src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
+        self._flows.fill_component(ids, now)
         self.reshares += 1
         self.flows_reshared += self._flows.last_refilled
         self._after_fill()
@@ -255,11 +255,12 @@ class Network:
         flows, now = self._flows, self.env.now
         links = flows.touched
         if self.orbits is None:
-            load, count = flows.load[links], flows.count[links]
+            load, count = flows.loads(links), flows.counts(links)
         else:  # the quotient's, on every link of each orbit
-            links = self.orbits.expand(links)
-            canon, per_link = self.orbits.canon[links], self.orbits.per_link[links]
-            load, count = flows.load[canon] * per_link, np.rint(flows.count[canon] * per_link).astype(np.int64)
+            per_link = self.orbits.per_link[links]
+            load, count = flows.loads(links) * per_link, np.rint(flows.counts(links) * per_link).astype(np.int64)
+            links, sizes = self.orbits.expand(links)
+            load, count = np.repeat(load, sizes), np.repeat(count, sizes)
         changed = load != self._load[links]
         self._load[links[changed]] = load[changed]
         self._timeline.append((np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed],
@@ -285,8 +286,8 @@ class Network:
         if generation != self._generation:
             return  # flows started since; that re-fill scheduled its own wake
         flows, finished = self._flows, self._batch
-        landing = self.env.now + flows.latency[finished]
-        finished_groups = flows.group[finished]
+        landing = self.env.now + flows.take(finished, "latency")
+        finished_groups = flows.take(finished, "group")
         if self.orbits is None:
             links, owner = flows.pairs_of(finished)
             ptr = np.zeros(len(finished) + 1, dtype=np.int64)
@@ -309,15 +310,16 @@ class Network:
 
     def _record_members(self, finished: np.ndarray, landing: np.ndarray, groups: np.ndarray) -> None:
         flows, sets = self._flows, self._member_sets
-        members = [sets[m] for m in flows.members[finished].tolist()]
-        for m in flows.members[finished].tolist():
+        members = [sets[m] for m in flows.take(finished, "members").tolist()]
+        for m in flows.take(finished, "members").tolist():
             sets[m] = None
         lengths = np.concatenate([row_lengths(ptr) for _, _, ptr, _ in members])
         ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=ptr[1:])
         each = np.repeat(np.arange(len(finished)), self.orbits.size)
         self._record(np.concatenate([s for s, *_ in members]), np.concatenate([d for _, d, *_ in members]),
-                     flows.start[finished][each], landing[each], flows.nbytes[finished][each], groups[each], ptr,
+                     flows.take(finished, "start")[each], landing[each], flows.take(finished, "nbytes")[each],
+                     groups[each], ptr,
                      np.concatenate([links for *_, links in members]))
 
     def _land(self, gid: int) -> None:

@@ -65,10 +65,12 @@ class Orbits(MessageOrbits):
         self._known = np.zeros(num_links, dtype=bool)
         self._orbit: dict[int, np.ndarray] = {}  # canonical link -> its orbit
 
-    def expand(self, links: np.ndarray) -> np.ndarray:
-        """Every link of the orbits of canonical `links`."""
-        orbit = self._orbit
-        return np.concatenate([orbit[c] for c in links.tolist()]) if len(links) else links
+    def expand(self, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every link of the orbits of canonical `links`, and each orbit's size (to np.repeat by)."""
+        if not len(links):
+            return links, links
+        orbits = [self._orbit[c] for c in links.tolist()]
+        return np.concatenate(orbits), np.array([len(o) for o in orbits])
 
     def learn(self, ptr: np.ndarray, links: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """From the routes (CSR) of `count` messages' members (as `members` lists them), learn the

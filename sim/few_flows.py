@@ -1,0 +1,165 @@
+"""The flows in flight when they are few, as Python objects: work in proportion to what a change touches.
+
+A symmetric run's network (sim.orbits) keeps one flow per orbit, so a handful are in flight on
+a fabric of a hundred thousand links. sim.flows' arrays span every link and cost a few numpy
+calls per change whatever their size; here a start or a finish costs Python work on the flows
+connected to it and their links only, nothing in proportion to the fabric. Same model and the
+same filling rule as sim.flows and sim.maxmin (progressive filling, bottlenecks within a relative
+TIE of the lowest share fill together; a finish re-fills only the flows at or above the slowest
+leaver's rate, see maxmin.rates_that_survive); a path may list a link more than once (it then
+counts that many times on it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.maxmin import TIE
+
+SURVIVE = 1 - 1e-9  # maxmin.rates_that_survive's margin below the slowest leaver's rate
+
+
+class _Flow:
+    __slots__ = ("links", "remaining", "since", "rate", "finish_at", "nbytes", "latency", "start", "src", "dst",
+                 "group", "members")
+
+
+class FewFlows:
+    """Flows by id (ids count up from 0), the links they cross, per-link load and flow count."""
+
+    def __init__(self, capacity_Bps: np.ndarray):
+        self.capacity_Bps = capacity_Bps  # read when a fill needs a link (it may be set late, sim.orbits)
+        self._flows: dict[int, _Flow] = {}
+        self._on: dict[int, dict[int, None]] = {}  # link -> the flows crossing it (insertion order)
+        self._load: dict[int, float] = {}
+        self._count: dict[int, int] = {}
+        self._next_id = 0
+        self.touched = np.zeros(0, dtype=np.int64)  # links whose load or count the last change touched
+        self.last_refilled = 0
+
+    @property
+    def num_alive(self) -> int:
+        return len(self._flows)
+
+    def add(self, ptr: np.ndarray, links: np.ndarray, nbytes, latency, start, src, dst, group, members=None) -> list[int]:
+        """New flows (paths as CSR, one value per flow per column); their ids."""
+        ids = []
+        n = len(ptr) - 1
+        members = [-1] * n if members is None else members.tolist()
+        paths = links.tolist()
+        bounds = ptr.tolist()
+        for i, values in enumerate(zip(nbytes.tolist(), latency.tolist(), start.tolist(), src.tolist(), dst.tolist(),
+                                       group.tolist(), members)):
+            flow = _Flow()
+            flow.nbytes, flow.latency, flow.start, flow.src, flow.dst, flow.group, flow.members = values
+            flow.links = paths[bounds[i]:bounds[i + 1]]
+            flow.remaining, flow.since, flow.rate, flow.finish_at = flow.nbytes, flow.start, 0.0, float("inf")
+            fid = self._next_id
+            self._next_id += 1
+            self._flows[fid] = flow
+            for link in flow.links:
+                self._on.setdefault(link, {})[fid] = None
+                self._count[link] = self._count.get(link, 0) + 1
+            ids.append(fid)
+        return ids
+
+    def take(self, ids: list[int], name: str) -> np.ndarray:
+        """One column's values for `ids`, as an array."""
+        return np.array([getattr(self._flows[i], name) for i in ids])
+
+    def loads(self, links: np.ndarray) -> np.ndarray:
+        load = self._load
+        return np.array([load.get(l, 0.0) for l in links.tolist()])
+
+    def counts(self, links: np.ndarray) -> np.ndarray:
+        count = self._count
+        return np.array([count.get(l, 0) for l in links.tolist()], dtype=np.int64)
+
+    def component(self, seeds: list[int]) -> list[int]:
+        """The flows connected to `seeds` through shared links (their rates are the only ones a
+        start can change)."""
+        flows, on = self._flows, self._on
+        inside = dict.fromkeys(seeds)
+        seen: set[int] = set()
+        frontier = list(seeds)
+        while frontier:
+            nxt = []
+            for fid in frontier:
+                for link in flows[fid].links:
+                    if link not in seen:
+                        seen.add(link)
+                        for other in on[link]:
+                            if other not in inside:
+                                inside[other] = None
+                                nxt.append(other)
+            frontier = nxt
+        return list(inside)
+
+    def fill_component(self, seeds: list[int], now: float) -> None:
+        """Max-min rates for the component of `seeds` (new flows) from scratch; the rest keep theirs."""
+        refill = self.component(seeds)
+        self._refill(refill, now)
+        self.touched = np.unique(np.array([l for fid in refill for l in self._flows[fid].links], dtype=np.int64))
+
+    def finish(self, gone: list[int], now: float) -> None:
+        """Remove flows `gone`; re-fill the flows whose rate may change (rates_that_survive)."""
+        flows, load, count, on = self._flows, self._load, self._count, self._on
+        floor = min(flows[fid].rate for fid in gone) * SURVIVE
+        leaving = set(gone)
+        touched = []
+        for fid in gone:
+            flow = flows.pop(fid)
+            for link in flow.links:
+                touched.append(link)
+                count[link] -= 1
+                load[link] -= flow.rate
+                if count[link] == 0:
+                    del count[link], load[link], on[link]
+                else:
+                    on[link].pop(fid, None)
+        refill = [fid for fid, flow in flows.items() if fid not in leaving and not flow.rate < floor]
+        self._refill(refill, now)
+        touched.extend(l for fid in refill for l in flows[fid].links)
+        self.touched = np.unique(np.array(touched, dtype=np.int64))
+
+    def _refill(self, refill: list[int], now: float) -> None:
+        """Progressive filling of `refill` against what the other flows leave of each link."""
+        flows, load, capacity = self._flows, self._load, self.capacity_Bps
+        unfrozen: dict[int, int] = {}
+        for fid in refill:
+            flow = flows[fid]
+            flow.remaining -= flow.rate * (now - flow.since)
+            flow.since = now
+            for link in flow.links:
+                load[link] = load.get(link, 0.0) - flow.rate
+                unfrozen[link] = unfrozen.get(link, 0) + 1
+            flow.rate = 0.0
+        residual = {link: max(float(capacity[link]) - load[link], 0.0) for link in unfrozen}
+        active = dict.fromkeys(refill)
+        on = self._on
+        while active:
+            shares = {link: residual[link] / n for link, n in unfrozen.items()}
+            best = min(shares.values())
+            newly = dict.fromkeys(fid for link, share in shares.items() if share <= best * (1 + TIE)
+                                  for fid in on[link] if fid in active)
+            for fid in newly:
+                del active[fid]
+                flow = flows[fid]
+                flow.rate = best
+                for link in flow.links:
+                    unfrozen[link] -= 1
+                    residual[link] = max(residual[link] - best, 0.0)
+            unfrozen = {link: n for link, n in unfrozen.items() if n > 0}
+        for fid in refill:
+            flow = flows[fid]
+            for link in flow.links:
+                load[link] += flow.rate
+            flow.finish_at = now + max(flow.remaining, 0.0) / flow.rate if flow.rate > 0 else float("inf")
+        self.last_refilled = len(refill)
+
+    def next_finish(self, now: float, together: float) -> tuple[float, list[int]]:
+        """Delay to the first finish, and the flows finishing within a relative `together` of it."""
+        first = min(flow.finish_at for flow in self._flows.values())
+        delay = max(first - now, 0.0)
+        limit = now + delay * (1 + together)
+        return delay, [fid for fid, flow in self._flows.items() if flow.finish_at <= limit]
