@@ -1,0 +1,157 @@
+"""A symmetric run's network solved once per orbit (sim.orbits, sim.few_flows) against moving every
+flow: the same landing time for every message and the same link statistics, on random traffic
+closed under shifts that map the fabric onto itself; the right shifts refused or left out."""
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedules.layout import Layout
+from sim.collectives.run import step_pairs
+from sim.few_flows import FewFlows
+from sim.flows import ActiveFlows
+from sim.network import Network
+from sim.symmetry import Symmetry
+from topologies.fattree import fat_tree
+
+NODES, PER_NODE = 4, 4
+# leaf radix -> node shifts by multiples of this map the fat tree onto itself (whole leaf groups);
+# with one group of four the 16 shifts outnumber the 4 leaf uplinks (orbits smaller than the group)
+FABRICS = {2: 2, 4: 1}
+
+
+def shifts(node_steps, rails) -> np.ndarray:
+    """[shift, GPU] -> GPU: every node moved by a multiple of `node_steps`, every rail turned by
+    0..rails-1 (rail-optimised: rail r of every node on leaf r of its group)."""
+    gpu = np.arange(NODES * PER_NODE)
+    node, rail = gpu // PER_NODE, gpu % PER_NODE
+    return np.array([((node + a) % NODES) * PER_NODE + (rail + b) % PER_NODE
+                     for a in range(0, NODES, node_steps) for b in range(rails)])
+
+
+def graph(radix=2):
+    return fat_tree(NODES, PER_NODE, leaf_radix=radix, oversubscription=2, latency_s=1e-6, load_balance="adaptive")
+
+
+def run(net, messages):
+    """Start each (t, sources, destinations, bytes) as one transfer; each message's landing time."""
+    out = {}
+
+    def send(i, t, src, dst, nbytes):
+        yield net.env.timeout(t)
+        yield net.transfer_many(src, dst, nbytes, f"m{i}")
+        out[i] = net.env.now
+
+    for i, m in enumerate(messages):
+        net.env.process(send(i, *m))
+    net.env.run()
+    return [out[i] for i in range(len(messages))]
+
+
+@st.composite
+def symmetric_traffic(draw, image):
+    """Transfers of a few messages each, every message with all its images under the shifts."""
+    n = NODES * PER_NODE
+    transfers = []
+    for _ in range(draw(st.integers(1, 6))):
+        pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1, max_size=3,
+                              unique=True))
+        src = np.array([s for s, _ in pairs])
+        dst = np.array([d for _, d in pairs])
+        nbytes = draw(st.floats(1e5, 1e8))
+        start = draw(st.floats(0, 2e-3))
+        full = np.unique(np.stack([image[:, src].ravel(), image[:, dst].ravel()], axis=1), axis=0)
+        transfers.append((start, full[:, 0], full[:, 1], nbytes))
+    return transfers
+
+
+@pytest.mark.parametrize("radix", FABRICS)
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_one_flow_per_orbit_gives_every_message_the_exact_landing_time(radix, data):
+    image = shifts(FABRICS[radix], PER_NODE)
+    transfers = data.draw(symmetric_traffic(image))
+    exact = Network(simpy.Environment(), graph(radix))
+    quotient = Network(simpy.Environment(), graph(radix), images=image)
+    assert run(quotient, transfers) == pytest.approx(run(exact, transfers), rel=1e-9, abs=1e-15)
+    window = exact.env.now
+    a, b = exact.link_stats(window), quotient.link_stats(window)
+    assert b.bytes == pytest.approx(a.bytes, rel=1e-9)
+    assert b.busy_s == pytest.approx(a.busy_s, rel=1e-9, abs=1e-15)
+    assert (b.peak_flows == a.peak_flows).all()
+    fa, fb = exact.flow_table(), quotient.flow_table()
+    key = lambda f: sorted(zip(f.src.tolist(), f.dst.tolist(), np.round(f.end_s, 15).tolist()))
+    assert key(fa) == key(fb)
+
+
+def test_shifts_that_do_not_map_the_fabric_onto_itself_are_refused():
+    """Moving nodes by one crosses leaf groups: a message inside a group has an image across two."""
+    net = Network(simpy.Environment(), graph(), images=shifts(1, 1))
+    with pytest.raises(ValueError, match="not symmetric"):
+        run(net, [(0.0, np.array([0]), np.array([PER_NODE]), 1e6)])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_few_flows_share_like_the_array_flows(data):
+    """Random paths on random capacities, flows arriving and leaving: both keep the same rates
+    and finish times after every change."""
+    num_links = data.draw(st.integers(2, 8))
+    capacity = np.array(data.draw(st.lists(st.floats(1.0, 10.0), min_size=num_links, max_size=num_links)))
+    few, arrays = FewFlows(capacity), ActiveFlows(capacity)
+    ids = {}
+    now = 0.0
+    for step in range(data.draw(st.integers(1, 8))):
+        now += 0.1
+        alive = [f for f in ids if f in few._flows]
+        if alive and data.draw(st.booleans()):
+            gone = data.draw(st.lists(st.sampled_from(alive), min_size=1, unique=True))
+            few.finish(gone, now)
+            arrays.finish(np.array([ids[f] for f in gone]), now)
+        else:
+            paths = data.draw(st.lists(st.lists(st.integers(0, num_links - 1), min_size=1, max_size=4, unique=True),
+                                       min_size=1, max_size=3))
+            ptr = np.cumsum([0] + [len(p) for p in paths])
+            links = np.array([l for p in paths for l in p])
+            n = len(paths)
+            columns = dict(nbytes=np.full(n, 1e3), latency=np.zeros(n), start=np.full(n, now), src=np.zeros(n, int),
+                           dst=np.ones(n, int), group=np.zeros(n, int))
+            new = few.add(ptr, links, **columns)
+            ids.update(zip(new, arrays.add(ptr, links, **columns).tolist()))
+            few.fill_component(new, now)
+            arrays.fill_component(np.array([ids[f] for f in new]), now)
+        alive = [f for f in ids if f in few._flows]
+        if alive:
+            assert few.take(alive, "rate") == pytest.approx(arrays.take(np.array([ids[f] for f in alive]), "rate"),
+                                                            rel=1e-12)
+            assert few.take(alive, "finish_at") == pytest.approx(
+                arrays.take(np.array([ids[f] for f in alive]), "finish_at"), rel=1e-12)
+
+
+def test_a_path_that_crosses_a_link_twice_counts_twice_on_it():
+    """Capacities (2, 1); A crosses link 0, B crosses 0 and 1 twice (a quotient flow whose route
+    meets one link orbit twice). B is bound by link 1 at 1 / 2; A takes what B leaves of link 0."""
+    few = FewFlows(np.array([2.0, 1.0]))
+    n = 2
+    ids = few.add(np.array([0, 1, 4]), np.array([0, 0, 1, 1]), nbytes=np.ones(n), latency=np.zeros(n),
+                  start=np.zeros(n), src=np.zeros(n, int), dst=np.ones(n, int), group=np.zeros(n, int))
+    few.fill_component(ids, 0.0)
+    assert few.take(ids, "rate").tolist() == [1.5, 0.5]
+    assert few.loads(np.array([0, 1])).tolist() == [2.0, 1.0]
+
+
+def test_a_group_a_shift_maps_onto_itself_keeps_the_shift_only_if_its_steps_are_whole_orbits():
+    """dp 4 x tp 4 on a switch: a ring over the four replicas is turned onto itself by the replica
+    shifts; halving-doubling is not (0 <-> 1 turned by one is 1 <-> 2), so those shifts go."""
+    from topologies.switch import switch
+    symmetry = Symmetry(Layout(dp=4, pp=1, tp=4))
+    g = switch(16, 100e9, 1e-6)
+    group = tuple(int(r) for r in Layout(dp=4, pp=1, tp=4).grid[:, 0, 0])
+    ring = symmetry.network_images([(group, step_pairs(g, "all_reduce", "ring", group, 1e6))])
+    assert len(ring) == 16
+    hd = symmetry.network_images([(group, step_pairs(g, "all_reduce", "halving_doubling", group, 1e6))])
+    assert len(hd) == 4
+    assert sorted(map(tuple, hd.tolist())) == sorted(tuple(row) for row, (a, _) in
+                                                     zip(symmetry.image.tolist(), symmetry.shifts) if a == 0)
