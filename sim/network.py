@@ -38,7 +38,7 @@ PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
-LISTED_REPLAY_MESSAGES_MAX = 2_000_000  # past this, replayed messages are summed per stream, not listed
+LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
 TIMELINE_ENTRIES_MAX = 5_000_000  # past this, the load timeline keeps only the TIMELINE_LINKS hottest links
 TIMELINE_LINKS = 64
 
@@ -113,15 +113,21 @@ class Network:
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
         self._labels: list[str] = []  # group id -> label
-        # statistics
-        self.link_bytes = np.zeros(self.num_links)
-        self.link_busy_s = np.zeros(self.num_links)
+        # statistics: the flows' by flow link (a canonical link stands for its orbit, sim.orbits), the
+        # replays' by link; replays only use links no flow uses (sim.shortcut), so the two just add up
+        self._flow_bytes = np.zeros(self.num_links)
+        self._flow_busy_s = np.zeros(self.num_links)
         self._busy_from = np.full(self.num_links, np.nan)  # since when a link carries flows (NaN: idle)
-        self.link_peak_flows = np.zeros(self.num_links, dtype=np.int64)
-        # chunks of (times, links, loads, place): the links whose load changed, the new load, and the
-        # chunk's place among the chunks and replays, to keep changes at one instant in their order
+        self._flow_peak = np.zeros(self.num_links, dtype=np.int64)
+        self._replay_bytes = np.zeros(self.num_links)
+        self._replay_busy_s = np.zeros(self.num_links)
+        self._replay_peak = np.zeros(self.num_links, dtype=np.int64)
+        # chunks of (times, flow links, loads, place): the links whose load changed, the new load, and
+        # the chunk's place among the chunks and replays, to keep changes at one instant in their order
         self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
-        self._load = np.zeros(self.num_links)  # the load now
+        self._load = np.zeros(self.num_links)  # the load now, by flow link
+        self._orbit_records: list[tuple] = []  # delivered orbits: (members, start, end, bytes, group id)
+        self._orbit_messages = 0
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
         self._done_records: list[tuple] = []  # delivered messages, a batch of arrays per finish
@@ -230,7 +236,6 @@ class Network:
         if group.pending == 0:
             self._land(gid)
             return group.done
-        np.add.at(self.link_bytes, links, np.repeat(nbytes[moving], row_lengths(ptr)))
         n = flows_started
         extra = {}
         if self.orbits is not None:  # one flow per orbit: its first member, on canonical links
@@ -239,6 +244,8 @@ class Network:
             extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
             self._member_sets.extend(m for m, k in zip(members, keep.tolist()) if k)
             moving = np.flatnonzero(moving)[::self.orbits.size]
+        per_pair = np.repeat(nbytes[moving], row_lengths(ptr))
+        np.add.at(self._flow_bytes, links, per_pair if self.orbits is None else per_pair * self.orbits.per_link[links])
         ids = self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
                               src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
         self._flows.fill_component(ids, now)
@@ -254,23 +261,20 @@ class Network:
         self._generation += 1
         flows, now = self._flows, self.env.now
         links = flows.touched
-        if self.orbits is None:
-            load, count = flows.loads(links), flows.counts(links)
-        else:  # the quotient's, on every link of each orbit
+        load, count = flows.loads(links), flows.counts(links)
+        if self.orbits is not None:  # the quotient's, as on each link of the orbit
             per_link = self.orbits.per_link[links]
-            load, count = flows.loads(links) * per_link, np.rint(flows.counts(links) * per_link).astype(np.int64)
-            links, sizes = self.orbits.expand(links)
-            load, count = np.repeat(load, sizes), np.repeat(count, sizes)
+            load, count = load * per_link, np.rint(count * per_link).astype(np.int64)
         changed = load != self._load[links]
         self._load[links[changed]] = load[changed]
         self._timeline.append((np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed],
                                self._next_place()))
-        self.link_peak_flows[links] = np.maximum(self.link_peak_flows[links], count)
+        self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
         idle = np.isnan(self._busy_from[links])
         busy = count > 0
         self._busy_from[links[busy & idle]] = now
         ends = links[~busy & ~idle]
-        self.link_busy_s[ends] += now - self._busy_from[ends]
+        self._flow_busy_s[ends] += now - self._busy_from[ends]
         self._busy_from[ends] = np.nan
         if not flows.num_alive:
             return
@@ -308,19 +312,15 @@ class Network:
                 self._land(gid)
         self._after_fill()
 
-    def _record_members(self, finished: np.ndarray, landing: np.ndarray, groups: np.ndarray) -> None:
+    def _record_members(self, finished, landing: np.ndarray, groups: np.ndarray) -> None:
+        """Note the finished orbits (their members are listed, or summed, at the end)."""
         flows, sets = self._flows, self._member_sets
-        members = [sets[m] for m in flows.take(finished, "members").tolist()]
-        for m in flows.take(finished, "members").tolist():
+        members = flows.take(finished, "members").tolist()
+        self._orbit_records.extend(zip([sets[m] for m in members], flows.take(finished, "start").tolist(),
+                                       landing.tolist(), flows.take(finished, "nbytes").tolist(), groups.tolist()))
+        for m in members:
             sets[m] = None
-        lengths = np.concatenate([row_lengths(ptr) for _, _, ptr, _ in members])
-        ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        each = np.repeat(np.arange(len(finished)), self.orbits.size)
-        self._record(np.concatenate([s for s, *_ in members]), np.concatenate([d for _, d, *_ in members]),
-                     flows.take(finished, "start")[each], landing[each], flows.take(finished, "nbytes")[each],
-                     groups[each], ptr,
-                     np.concatenate([links for *_, links in members]))
+        self._orbit_messages += len(members) * self.orbits.size
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)
@@ -341,16 +341,24 @@ class Network:
             self._record(np.array(src), np.array(dst), np.array(start), np.array(end), np.zeros(len(src)),
                          np.arange(first, first + len(src)), np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64))
 
-    def _listing_replays(self) -> bool:
-        """Whether replayed collectives' messages are listed one by one (else summed, see flow_table)."""
-        return self._replayed_messages <= LISTED_REPLAY_MESSAGES_MAX
+    def _listing(self) -> bool:
+        """Whether replayed and orbit messages are listed one by one (else summed, see flow_table)."""
+        return self._replayed_messages + self._orbit_messages <= LISTED_MESSAGES_MAX
+
+    def _orbit_columns(self) -> list[tuple]:
+        """The finished orbits' members as record batches."""
+        size = self.orbits.size if self.orbits is not None else 0
+        return [(src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
+                for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records]
 
     def _messages(self) -> tuple:
         """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
         group, route CSR), zero-byte signals included, replayed ones too while they are listed."""
         self._flush_signals()
         records = self._done_records
-        if self._replays and self._listing_replays():
+        if self._listing():
+            records = records + self._orbit_columns()
+        if self._replays and self._listing():
             records = records + [(src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
                                  for (src, dst, start, end, nbytes, ptr, route), at, gid
                                  in ((r.messages, at, gid) for r, at, gid, _ in self._replays)]
@@ -373,31 +381,50 @@ class Network:
         return FlowTable(src[order].astype(np.int64), dst[order].astype(np.int64), start[order].astype(float),
                          end[order].astype(float), nbytes[order].astype(float), group[order].astype(np.int64),
                          tuple(self._labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])],
-                         self._summed_replays())
+                         self._summed())
 
-    def _summed_replays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Past LISTED_REPLAY_MESSAGES_MAX, the replayed messages as (src, dst, bytes, label) summed
-        over the replays of each recording by one stream (labelled by its first replay's label)."""
-        if not self._replays or self._listing_replays():
+    def _summed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Past LISTED_MESSAGES_MAX, the replayed and orbit messages as (src, dst, bytes, label),
+        summed by one stream over the replays of each recording and over the orbits of each
+        members' list (labelled by the first one's label)."""
+        if self._listing():
             return FlowTable.summed_default()
-        counts: dict[tuple[int, str], list] = {}  # (recording, stream) -> [recording, replays, first label]
+        sums: dict[tuple[int, str], list] = {}  # (recording or members, stream) -> [src, dst, bytes, first label]
         for r, _, gid, _ in self._replays:
-            entry = counts.setdefault((id(r), self._labels[gid].split(":", 1)[0]), [r, 0, gid])
-            entry[1] += 1
-        src, dst, nbytes, label = zip(*((r.messages[0], r.messages[1], r.messages[4] * n, np.full(len(r.messages[0]), gid))
-                                        for r, n, gid in counts.values()))
+            entry = sums.setdefault((id(r), self._labels[gid].split(":", 1)[0]),
+                                    [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid])
+            entry[2] += r.messages[4]
+        for members, _, _, nbytes, gid in self._orbit_records:
+            entry = sums.setdefault((id(members), self._labels[gid].split(":", 1)[0]), [members[0], members[1], 0.0, gid])
+            entry[2] += nbytes
+        src, dst, nbytes, label = zip(*((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid))
+                                        for s, d, b, gid in sums.values()))
         return (np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64),
                 np.concatenate(nbytes).astype(float), np.concatenate(label).astype(np.int64))
 
     def _load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every load change in time order, replays included (changes at one instant in the order
-        they happened); of `links` only when given."""
+        they happened); of `links` only when given. A flow link's changes go to every link of
+        its orbit."""
         wanted = np.ones(self.num_links, dtype=bool)
         if links is not None:
             wanted[:] = False
             wanted[links] = True
-        chunks = [(t[wanted[l]], l[wanted[l]], v[wanted[l]], np.full(int(wanted[l].sum()), place))
-                  for t, l, v, place in self._timeline]
+        chunks = []
+        if self._timeline:
+            t, l, v = (np.concatenate(column) for column in list(zip(*self._timeline))[:3])
+            place = np.repeat([p for *_, p in self._timeline], [len(c) for _, c, _, _ in self._timeline])
+            if self.orbits is None:
+                keep = wanted[l]
+                chunks.append((t[keep], l[keep], v[keep], place[keep]))
+            else:  # each change, once per wanted link of its orbit
+                real = np.flatnonzero(wanted)
+                canon = self.orbits.canon[real]
+                by_canon = real[np.argsort(canon, kind="stable")]
+                ptr = np.zeros(self.num_links + 1, dtype=np.int64)
+                np.cumsum(np.bincount(canon, minlength=self.num_links), out=ptr[1:])
+                rows = np.repeat(np.arange(len(l)), ptr[l + 1] - ptr[l])
+                chunks.append((t[rows], by_canon[concat_ranges(ptr[l], ptr[l + 1])], v[rows], place[rows]))
         by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
         for r, at, _, place in self._replays:
             entry = by_recording.setdefault(id(r), (r, [], []))
@@ -415,34 +442,44 @@ class Network:
         order = np.lexsort((order_of, times))  # stable: a chunk keeps its own order
         return times[order], ids[order], loads[order]
 
+    def _link_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bytes, busy seconds, peak flows) per link: the replays' plus the flows' (a flow link's
+        for every link of its orbit)."""
+        real = (lambda x: x) if self.orbits is None else (lambda x: x[self.orbits.canon])  # noqa: E731
+        return (self._replay_bytes + real(self._flow_bytes), self._replay_busy_s + real(self._flow_busy_s),
+                np.maximum(self._replay_peak, real(self._flow_peak)))
+
     def link_stats(self, window_s: float) -> LinkStats:
         """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
         order, of the TIMELINE_LINKS hottest links only when the whole one would be too long."""
-        util = self.link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
-        entries = sum(len(t) for t, *_ in self._timeline) + sum(len(r.timeline[0]) for r, *_ in self._replays)
+        link_bytes, busy_s, peak = self._link_totals()
+        util = link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
+        changed = np.concatenate([l for _, l, _, _ in self._timeline]) if self._timeline else np.zeros(0, np.int64)
+        orbit_sizes = (np.rint(self.orbits.size / self.orbits.per_link[changed]) if self.orbits is not None
+                       else np.ones(len(changed)))
+        entries = orbit_sizes.sum() + sum(len(r.timeline[0]) for r, *_ in self._replays)
         hottest = (np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
                    if entries > TIMELINE_ENTRIES_MAX else None)
-        return LinkStats(self.link_names, self.capacity_Bps, self.link_bytes.copy(), self.link_busy_s.copy(), util,
-                         self.link_peak_flows.copy(), self._load_timeline(hottest))
+        return LinkStats(self.link_names, self.capacity_Bps, link_bytes, busy_s, util, peak, self._load_timeline(hottest))
 
     # -- collectives timed once, replayed ------------------------------------------------------
 
     def recording(self) -> Recording:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
         a `fresh` network (see sim.shortcut); never itself a replay's host."""
-        used = np.flatnonzero(self.link_bytes)
+        link_bytes, busy_s, peak = self._link_totals()
+        used = np.flatnonzero(link_bytes)
         src, dst, start, end, nbytes, _, ptr, links = self._messages()
-        return Recording(self.env.now, used, self.link_bytes[used], self.link_busy_s[used],
-                         self.link_peak_flows[used], self._load_timeline(), (src, dst, start, end, nbytes, ptr, links),
-                         self.reshares, self.flows_reshared)
+        return Recording(self.env.now, used, link_bytes[used], busy_s[used], peak[used], self._load_timeline(),
+                         (src, dst, start, end, nbytes, ptr, links), self.reshares, self.flows_reshared)
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """Add a recording's link statistics, load changes and messages as if it had run from
         `start_s` under `label`. Exact only where nothing else used its links meanwhile."""
         r = recording
-        self.link_bytes[r.links] += r.bytes
-        self.link_busy_s[r.links] += r.busy_s
-        np.maximum.at(self.link_peak_flows, r.links, r.peak_flows)
+        self._replay_bytes[r.links] += r.bytes
+        self._replay_busy_s[r.links] += r.busy_s
+        np.maximum.at(self._replay_peak, r.links, r.peak_flows)
         self._replays.append((r, start_s, len(self._labels), self._next_place()))
         self._replayed_messages += len(r.messages[0])
         self._labels.append(label)

@@ -63,14 +63,6 @@ class Orbits(MessageOrbits):
         self.capacity_Bps = capacity_Bps.astype(float)  # the quotient's: capacity x |O| / |G| on canonical links
         self._real_capacity = capacity_Bps
         self._known = np.zeros(num_links, dtype=bool)
-        self._orbit: dict[int, np.ndarray] = {}  # canonical link -> its orbit
-
-    def expand(self, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every link of the orbits of canonical `links`, and each orbit's size (to np.repeat by)."""
-        if not len(links):
-            return links, links
-        orbits = [self._orbit[c] for c in links.tolist()]
-        return np.concatenate(orbits), np.array([len(o) for o in orbits])
 
     def learn(self, ptr: np.ndarray, links: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
         """From the routes (CSR) of `count` messages' members (as `members` lists them), learn the
@@ -101,7 +93,6 @@ class Orbits(MessageOrbits):
         if (self._real_capacity[orbit] != self._real_capacity[first]).any():
             raise ValueError(f"link {first}'s orbit mixes capacities: the fabric is not symmetric under the shifts")
         self._known[orbit] = True
-        self._orbit[int(first)] = orbit
         self.canon[orbit] = first
         self.per_link[orbit] = self.size / len(orbit)
         self.capacity_Bps[first] = self._real_capacity[first] * len(orbit) / self.size
