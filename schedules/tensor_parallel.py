@@ -138,6 +138,17 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
     if not any(cut.values()):
         return program
     ops: dict[int, list[Op]] = {}
+    plans: dict[tuple[str, int], list[tuple[list[str], str | None, str, float]]] = {}  # (phase, stage) -> pieces
+
+    def plan_of(phase: str, stage: int) -> list[tuple[list[str], str | None, str, float]]:
+        """tp_stage_plan's pieces of (phase, stage), each with its FLOPs (the same on every rank)."""
+        if (phase, stage) not in plans:
+            plans[(phase, stage)] = [(items, kind, on, sum(item_flops(i, stage) for i in items)) for items, kind, on in
+                                     tp_stage_plan(phase, stage_layers(stage), stage == 0,
+                                                   stage == program.num_stages - 1, sequence_parallel, recompute_full,
+                                                   tp=layout.tp, ep=layout.ep)]
+        return plans[(phase, stage)]
+
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
         ep_group = (layout.ep_group(d, p, t), EP_STREAM, f"ep@p{p}.t{t}.g{d // layout.ep}")
@@ -153,11 +164,9 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
                     deps += (synced[op.stage],)
                 out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
                 continue
-            plan = tp_stage_plan(op.phase, stage_layers(op.stage), op.stage == 0, op.stage == program.num_stages - 1,
-                                 sequence_parallel, recompute_full, tp=layout.tp, ep=layout.ep)
-            for part, (items, kind, on) in enumerate(plan):
-                piece = Compute(op.phase, op.microbatch, op.stage, sum(item_flops(i, op.stage) for i in items),
-                                op.nbytes if part == 0 else 0.0, op.stream, deps, part)
+            for part, (items, kind, on, flops) in enumerate(plan_of(op.phase, op.stage)):
+                piece = Compute(op.phase, op.microbatch, op.stage, flops, op.nbytes if part == 0 else 0.0, op.stream,
+                                deps, part)
                 out.append(piece)
                 if kind is not None:
                     group, stream, prefix = groups[on]

@@ -207,57 +207,69 @@ def _check_deadlock(program: Program) -> None:
     (a receive also once its matching send has finished, a collective once every member has
     reached it). Stuck streams are a deadlock. Streams wait on what blocks them and are woken
     when it happens, so the run is linear in the ops."""
-    streams: dict[tuple[int, str], list[tuple[int, Op]]] = defaultdict(list)
+    streams: dict[tuple[int, str], list[Op]] = defaultdict(list)
     for rank in program.ranks:
-        for i, op in enumerate(program.ops[rank]):
-            streams[(rank, op.stream)].append((i, op))
-    done: set[tuple[int, str]] = set()
+        for op in program.ops[rank]:
+            streams[(rank, op.stream)].append(op)
+    done: dict[int, set[str]] = {rank: set() for rank in program.ranks}  # rank -> labels finished
     sent: set[tuple[int, int, tuple]] = set()
     joined: dict[str, set[int]] = defaultdict(set)  # collective tag -> members that reached it
-    pos = {key: 0 for key in streams}
+    pos = dict.fromkeys(streams, 0)
     sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
     ready = deque(streams)
-
-    def happened(event: tuple) -> None:
-        ready.extend(sleepers.pop(event, ()))
-
+    members = program.members
     while ready:
         key = ready.popleft()
-        rank, ops = key[0], streams[key]
-        while pos[key] < len(ops):
-            _, op = ops[pos[key]]
+        rank, ops, mine = key[0], streams[key], done[key[0]]
+        i = pos[key]
+        while i < len(ops):
+            op = ops[i]
             kind = type(op)
-            if kind is Collective and all((rank, d) in done for d in op.deps) and rank not in joined[op.tag]:
-                joined[op.tag].add(rank)
-                if len(joined[op.tag]) == len(program.members(op)):
-                    happened(("joined", op.tag))
-            if (op.deps or kind is Collective or kind is Recv) and (
-                    blocker := _blocker(program, rank, op, done, sent, joined)) is not None:
-                sleepers[blocker[0]].append(key)
+            for dep in op.deps:
+                if dep not in mine:
+                    break
+            else:
+                dep = None
+            if dep is not None:
+                sleepers[("done", rank, dep)].append(key)
                 break
-            finished = (rank, op.label)
-            done.add(finished)
-            if ("done", *finished) in sleepers:
-                happened(("done", *finished))
-            if kind is Send:
+            if kind is Collective:
+                group = joined[op.tag]
+                if rank not in group:
+                    group.add(rank)
+                    if len(group) == len(members(op)):
+                        ready.extend(sleepers.pop(("joined", op.tag), ()))
+                if len(group) < len(members(op)):
+                    sleepers[("joined", op.tag)].append(key)
+                    break
+            elif kind is Recv and (op.peer, rank, op.tag) not in sent:
+                sleepers[("sent", op.peer, rank, op.tag)].append(key)
+                break
+            mine.add(op.label)
+            if sleepers:
+                ready.extend(sleepers.pop(("done", rank, op.label), ()))
+                if kind is Send:
+                    sent.add((rank, op.peer, op.tag))
+                    ready.extend(sleepers.pop(("sent", rank, op.peer, op.tag), ()))
+            elif kind is Send:
                 sent.add((rank, op.peer, op.tag))
-                happened(("sent", rank, op.peer, op.tag))
-            pos[key] += 1
-    stuck = [(key, ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
+            i += 1
+        pos[key] = i
+    stuck = [(key, pos[key], ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
     if stuck:
-        waits = "; ".join(f"{_where(rank, i, op)} on stream {stream} waits for {_blocker(program, rank, op, done, sent, joined)[1]}"
-                          for (rank, stream), (i, op) in sorted(stuck, key=lambda s: s[0]))
+        index = {(rank, op.label): i for rank in program.ranks for i, op in enumerate(program.ops[rank])}
+        waits = "; ".join(f"{_where(rank, index[(rank, op.label)], op)} on stream {stream} waits for "
+                          f"{_blocker(program, op, done[rank], joined)}"
+                          for (rank, stream), _, op in sorted(stuck, key=lambda s: s[0]))
         raise ProgramError(f"deadlock: {waits}")
 
 
-def _blocker(program: Program, rank: int, op: Op, done: set, sent: set, joined: dict) -> tuple[tuple, str] | None:
-    """(the event op waits for, in words) or None if it can run."""
+def _blocker(program: Program, op: Op, done: set[str], joined: dict) -> str:
+    """What `op` waits for, in words."""
     for dep in op.deps:
-        if (rank, dep) not in done:
-            return ("done", rank, dep), dep
+        if dep not in done:
+            return dep
     if isinstance(op, Collective) and len(joined[op.tag]) < len(program.members(op)):
         missing = [r for r in program.members(op) if r not in joined[op.tag]]
-        return ("joined", op.tag), f"ranks {', '.join(map(str, missing))} to join {op.label}"
-    if isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
-        return ("sent", op.peer, rank, op.tag), f"SEND {op.label[5:]} on rank {op.peer}"
-    return None
+        return f"ranks {', '.join(map(str, missing))} to join {op.label}"
+    return f"SEND {op.label[5:]} on rank {op.peer}"

@@ -105,7 +105,9 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     layout = layout_of(scenario)
     replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)
                 if representatives is None or ranks[0] in representatives]
-    program = add_tensor_parallel(Program.merge(replicas, images=representatives is not None), layout, lambda s: stage_moe_layers(scenario, s), layer_act,
+    moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
+    program = add_tensor_parallel(Program.merge(replicas, images=representatives is not None), layout,
+                                  moe_layers.__getitem__, layer_act,
                                   p.sequence_parallel, t.recompute == "full", tensor_parallel_item_flops(scenario),
                                   loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
                                   grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
