@@ -298,10 +298,11 @@ TRAFFIC_MATRIX_MAX_GPUS = 64  # a bigger matrix is no longer readable in summary
 def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
     """The all-to-alls' share of the step, their bytes on the network, and their GPU x GPU
     traffic matrix (null with no all-to-all or more than TRAFFIC_MATRIX_MAX_GPUS GPUs)."""
-    matrix = metrics.traffic_matrix_bytes(log, num_gpus, metrics.ALLTOALL_STREAMS)
+    small = num_gpus <= TRAFFIC_MATRIX_MAX_GPUS
+    matrix = metrics.traffic_matrix_bytes(log, num_gpus, metrics.ALLTOALL_STREAMS, block=1 if small else num_gpus)
     total = float(matrix.sum())
     return {"alltoall_time_share": metrics.alltoall_time_share(log), "alltoall_bytes_total": total,
-            "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and num_gpus <= TRAFFIC_MATRIX_MAX_GPUS
+            "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and small
             else None}
 
 

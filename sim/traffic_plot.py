@@ -19,12 +19,19 @@ from sim.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes  # noqa: E402
 from sim.records import EventLog  # noqa: E402
 
 GB = 1e9  # bytes
+MAX_CELLS = 512  # per side: more GPUs than this are drawn in blocks (a figure has fewer pixels anyway)
+
+
+def cell_gpus(num_gpus: int) -> int:
+    """GPUs per cell of a side of the heatmap."""
+    return -(-num_gpus // MAX_CELLS)
 
 
 def traffic_panels(log: EventLog, num_gpus: int) -> list[tuple[str, np.ndarray]]:
     """(panel title, bytes matrix): all messages, then the all-to-alls' when there are any."""
-    panels = [("all messages", traffic_matrix_bytes(log, num_gpus))]
-    alltoall = traffic_matrix_bytes(log, num_gpus, ALLTOALL_STREAMS)
+    block = cell_gpus(num_gpus)
+    panels = [("all messages", traffic_matrix_bytes(log, num_gpus, block=block))]
+    alltoall = traffic_matrix_bytes(log, num_gpus, ALLTOALL_STREAMS, block=block)
     if alltoall.any():
         panels.append(("expert-parallel all-to-all", alltoall))
     return panels
@@ -58,8 +65,9 @@ def plot_traffic(log: EventLog, num_gpus: int, path: str | Path, name: str) -> N
             ax.text(0.5, 0.5, "no messages", ha="center", va="center", transform=ax.transAxes)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("dst GPU")
-        ax.set_ylabel("src GPU")
+        per = cell_gpus(num_gpus)
+        ax.set_xlabel("dst GPU" if per == 1 else f"dst GPUs (blocks of {per})")
+        ax.set_ylabel("src GPU" if per == 1 else f"src GPUs (blocks of {per})")
         ax.set_title(f"{title}: {total / GB:.3f} GB", fontsize=10)
     if image is not None:
         fig.colorbar(image, ax=list(axes), label="bytes sent (GB, log scale)")

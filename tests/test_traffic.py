@@ -110,6 +110,8 @@ def test_traffic_matrix_of_a_hand_made_log_by_stream():
     assert traffic_matrix_bytes(log, 3, ["ep"]).tolist() == [[0, 120, 0], [0, 0, 0], [0, 0, 0]]
     assert traffic_matrix_bytes(log, 3).tolist() == [[0, 120, 0], [0, 0, 7], [5, 0, 0]]
     assert traffic_matrix_bytes(log, 3, ["tp"]).sum() == 0
+    # GPUs in blocks of two, {0, 1} and {2}: a huge run's matrix
+    assert traffic_matrix_bytes(log, 3, block=2).tolist() == [[120, 7], [5, 0]]
 
 
 def test_alltoall_share_is_the_step_breakdowns_time_in_all_to_all_over_the_step():
