@@ -39,8 +39,7 @@ PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
 LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
-TIMELINE_ENTRIES_MAX = 5_000_000  # past this, the load timeline keeps only the TIMELINE_LINKS hottest links
-TIMELINE_LINKS = 64
+TIMELINE_LINKS = 64  # the load timeline link_stats gives: of this many hottest links (what links.png draws)
 
 
 class Recording(NamedTuple):
@@ -451,15 +450,11 @@ class Network:
 
     def link_stats(self, window_s: float) -> LinkStats:
         """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
-        order, of the TIMELINE_LINKS hottest links only when the whole one would be too long."""
+        order of the TIMELINE_LINKS hottest links (the whole one of a big run is tens of millions
+        of changes)."""
         link_bytes, busy_s, peak = self._link_totals()
         util = link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
-        changed = np.concatenate([l for _, l, _, _ in self._timeline]) if self._timeline else np.zeros(0, np.int64)
-        orbit_sizes = (np.rint(self.orbits.size / self.orbits.per_link[changed]) if self.orbits is not None
-                       else np.ones(len(changed)))
-        entries = orbit_sizes.sum() + sum(len(r.timeline[0]) for r, *_ in self._replays)
-        hottest = (np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
-                   if entries > TIMELINE_ENTRIES_MAX else None)
+        hottest = np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
         return LinkStats(self.link_names, self.capacity_Bps, link_bytes, busy_s, util, peak, self._load_timeline(hottest))
 
     # -- collectives timed once, replayed ------------------------------------------------------

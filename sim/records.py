@@ -105,7 +105,8 @@ class LinkStats:
 
     utilisation_l = bytes_l / (bandwidth_l x step time); busy_s_l = time with at least one flow
     on l; peak_flows_l = most flows sharing l at once; timeline = (times, link ids, loads B/s),
-    three columns in time order: link l's load became load at time t, and holds until its next entry.
+    three columns in time order: link l's load became load at time t, and holds until its next entry
+    (of the hottest links only, see Network.link_stats).
     """
 
     names: tuple[str, ...]

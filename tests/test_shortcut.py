@@ -5,7 +5,7 @@ scenarios (64-128 GPUs; dense and MoE; fat trees and a torus) where the shortcut
 import numpy as np
 import pytest
 
-from sim.links_plot import utilisation_matrix
+from sim.links_plot import hottest_links, utilisation_matrix
 from sim.report import terminal_summary
 from sim.run import simulate, symmetry_of
 from sim.scenario_loader import load_scenario_text
@@ -53,7 +53,7 @@ def scenario(case: str):
 def run(case: str, exact: bool) -> dict:
     result = simulate(scenario(case), exact=exact)
     stats = result.log.links
-    busiest = np.argsort(-stats.bytes, kind="stable")[:16]
+    busiest = hottest_links(stats, 16)
     return {"summary": result.summary, "link_bytes": stats.bytes,
             "over_time": utilisation_matrix(stats, busiest, result.summary["step_time_s"])}
 
