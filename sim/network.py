@@ -39,7 +39,7 @@ PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
 LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
-TIMELINE_LINKS = 64  # the load timeline link_stats gives: of this many hottest links (what links.png draws)
+TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (links_plot.TOP_LINKS)
 
 
 class Recording(NamedTuple):
@@ -169,9 +169,10 @@ class Network:
         return self._pattern_cache[key]
 
     def _orbit_routes(self, src: np.ndarray, dst: np.ndarray):
-        """For messages given by a symmetric run: (which of them stand for their orbits, every
-        member's src, dst, routed mask, route CSR and latency (orbit-major), the routed orbits'
-        routes on canonical links (CSR), each routed orbit's (src, dst, route CSR))."""
+        """For messages given by a symmetric run, one per orbit among them: (which of them stand
+        for their orbits, their src, dst, routed mask, routes on canonical links (CSR, of the
+        routed) and latency; each routed orbit's members as (src, dst, route CSR); every member's
+        src and dst, orbit-major)."""
         orbits = self.orbits
         picked = np.unique(orbits.keys(src, dst), return_index=True)[1]
         picked.sort()
@@ -186,7 +187,8 @@ class Network:
             first = np.flatnonzero(routed)[j * size]
             members.append((full_src[first:first + size], full_dst[first:first + size], rows - rows[0],
                             links[rows[0]:rows[-1]]))
-        return picked, full_src, full_dst, routed, ptr, links, latency, flow_ptr, flow_links, members
+        return (picked, src[picked], dst[picked], routed[::size], flow_ptr, flow_links, latency[::size], members,
+                full_src, full_dst)
 
     def _route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
         ptr, links = (self.router.route_many(src[routed], dst[routed]) if routed.any()
@@ -211,40 +213,38 @@ class Network:
         return self._start_group(src, dst, nbytes, label, None, None)
 
     def _start_group(self, src, dst, nbytes, label, done, payload) -> simpy.Event:
+        """Start the messages as flows (in a symmetric run, one flow per orbit among them)."""
         now = self.env.now
         gid = len(self._labels)
         self._labels.append(label)
         if self.orbits is None:
-            routed = src != dst
+            routed, full_src, full_dst = src != dst, None, None
             ptr, links, latency = self._cached(src, dst, lambda s, d: self._route(s, d, s != d))
         else:
-            (picked, src, dst, routed, ptr, links, latency, flow_ptr, flow_links,
-             members) = self._cached(src, dst, self._orbit_routes)
-            nbytes = np.repeat(nbytes[picked], self.orbits.size)
+            (picked, src, dst, routed, ptr, links, latency, members, full_src,
+             full_dst) = self._cached(src, dst, self._orbit_routes)
+            nbytes = nbytes[picked]
         moving = routed & (nbytes > 0)
-        ptr, links = _sub_csr(ptr, links, moving[routed])
+        if not moving[routed].all():
+            ptr, links = _sub_csr(ptr, links, moving[routed])
         # zero-byte messages still pay the path latency; a message to oneself pays nothing
         idle = ~moving
         land_s = float((now + latency[idle]).max()) if idle.any() else now
         if idle.any():
-            self._record(src[idle], dst[idle], np.full(idle.sum(), now), now + latency[idle], nbytes[idle], gid,
-                         np.zeros(idle.sum() + 1, np.int64), np.zeros(0, np.int64))
-        flows_started = int(moving.sum()) // (1 if self.orbits is None else self.orbits.size)
-        group = _Group(flows_started, land_s, done or self.env.event(), payload)
+            self._record_idle(src, dst, idle, nbytes, now, now + latency, gid, full_src, full_dst)
+        n = int(moving.sum())
+        group = _Group(n, land_s, done or self.env.event(), payload)
         self._groups[gid] = group
-        if group.pending == 0:
+        if n == 0:
             self._land(gid)
             return group.done
-        n = flows_started
         extra = {}
-        if self.orbits is not None:  # one flow per orbit: its first member, on canonical links
-            keep = moving[routed][::self.orbits.size]
-            ptr, links = _sub_csr(flow_ptr, flow_links, keep)
-            extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
-            self._member_sets.extend(m for m, k in zip(members, keep.tolist()) if k)
-            moving = np.flatnonzero(moving)[::self.orbits.size]
         per_pair = np.repeat(nbytes[moving], row_lengths(ptr))
-        np.add.at(self._flow_bytes, links, per_pair if self.orbits is None else per_pair * self.orbits.per_link[links])
+        if self.orbits is not None:  # one flow per orbit, on canonical links, standing for its members
+            extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
+            self._member_sets.extend(m for m, k in zip(members, moving[routed].tolist()) if k)
+            per_pair *= self.orbits.per_link[links]
+        np.add.at(self._flow_bytes, links, per_pair)
         ids = self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
                               src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
         self._flows.fill_component(ids, now)
@@ -252,6 +252,17 @@ class Network:
         self.flows_reshared += self._flows.last_refilled
         self._after_fill()
         return group.done
+
+    def _record_idle(self, src, dst, idle, nbytes, start, end, gid, full_src, full_dst) -> None:
+        """Record messages that move no bytes (zero bytes, or to oneself) as delivered; in a
+        symmetric run, every member of those orbits."""
+        if self.orbits is not None:
+            size = self.orbits.size
+            src, dst = full_src.reshape(-1, size)[idle].ravel(), full_dst.reshape(-1, size)[idle].ravel()
+            nbytes, end, idle = np.repeat(nbytes[idle], size), np.repeat(end[idle], size), np.ones(len(src), bool)
+        count = int(idle.sum())
+        self._record(src[idle], dst[idle], np.full(count, start), end[idle], nbytes[idle], gid,
+                     np.zeros(count + 1, np.int64), np.zeros(0, np.int64))
 
     # -- the fluid model -----------------------------------------------------------------------
 

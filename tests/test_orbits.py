@@ -60,7 +60,7 @@ def symmetric_traffic(draw, image):
                               unique=True))
         src = np.array([s for s, _ in pairs])
         dst = np.array([d for _, d in pairs])
-        nbytes = draw(st.floats(1e5, 1e8))
+        nbytes = draw(st.one_of(st.just(0.0), st.floats(1e5, 1e8)))  # zero bytes: latency only
         start = draw(st.floats(0, 2e-3))
         full = np.unique(np.stack([image[:, src].ravel(), image[:, dst].ravel()], axis=1), axis=0)
         transfers.append((start, full[:, 0], full[:, 1], nbytes))
