@@ -6,6 +6,8 @@ or s, picked from the makespan. White space inside a compute lane is idle time: 
 
 Drawing uses one PolyCollection per phase (not one artist per span) so thousands of spans stay
 fast, and the PNG is byte-identical for the same log (no timestamp or version in its metadata).
+In a dense chart (boxes too narrow for outlines) boxes of one phase in one lane closer than a
+pixel are drawn as one: hundreds of thousands of spans cost what the pixels they cover do.
 """
 
 from __future__ import annotations
@@ -102,11 +104,24 @@ def _lane_label(rank: int, stream: str) -> str:
     return f"rank {rank}" if stream == COMPUTE_STREAM else f"r{rank} {stream}"
 
 
-def _box(span: Span, y_top: float, height: float, scale: float, min_width: float) -> list[tuple[float, float]]:
-    """A span's rectangle, at least `min_width` wide (about a pixel) so short messages still show."""
+def _runs(spans: list[Span], scale: float, join: float) -> dict[tuple[int, str, str], list[tuple[float, float]]]:
+    """(rank, stream, phase) -> the x extents of its boxes in time order, boxes closer than `join`
+    merged into one (0: none merged)."""
+    runs: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
+    for span in sorted(spans, key=lambda s: (s.rank, s.stream, s.phase, s.start_s)) if join else spans:
+        lane = runs.setdefault((span.rank, span.stream, span.phase), [])
+        x0, x1 = span.start_s * scale, span.end_s * scale
+        if join and lane and x0 - lane[-1][1] < join:
+            lane[-1] = (lane[-1][0], max(lane[-1][1], x1))
+        else:
+            lane.append((x0, x1))
+    return runs
+
+
+def _box(x0: float, x1: float, y_top: float, height: float, min_width: float) -> list[tuple[float, float]]:
+    """A box's rectangle, at least `min_width` wide (about a pixel) so short messages still show."""
     pad = 0.08 if height >= COMPUTE_LANE_H else 0.12
-    x0 = span.start_s * scale
-    x1 = max(span.end_s * scale, x0 + min_width)
+    x1 = max(x1, x0 + min_width)
     y0, y1 = y_top + pad, y_top + height - pad
     return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
 
@@ -130,11 +145,12 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
 
     spans = _drawn(log, ranks)
     styles = phase_colours({s.phase for s in spans})
-    verts: dict[str, list] = {p: [] for p in styles}
-    for span in spans:
-        y, h = lane_of[(span.rank, span.stream)]
-        verts[span.phase].append(_box(span, y, h, scale, x_max / (FIG_W_IN * DPI)))
     edge_lw = _edge_width(log, ax, x_max / scale)
+    pixel = x_max / (FIG_W_IN * DPI)
+    verts: dict[str, list] = {p: [] for p in styles}
+    for (rank, stream, phase), runs in _runs(spans, scale, pixel if edge_lw == 0.0 else 0.0).items():
+        y, h = lane_of[(rank, stream)]
+        verts[phase].extend(_box(x0, x1, y, h, pixel) for x0, x1 in runs)
     for phase, (colour, alpha) in styles.items():
         edge = "none" if phase in ("SEND", "RECV") or edge_lw == 0.0 else "#222222"
         ax.add_collection(PolyCollection(verts[phase], facecolors=colour, edgecolors=edge,
