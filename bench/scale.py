@@ -1,13 +1,15 @@
-"""Production scale: wall time, peak memory and op rate of a 1,024-GPU and a 4,096-GPU GPT-3 step.
+"""Production scale: wall time, peak memory and op rate of a 1,024- and a 4,096-GPU GPT-3 step and
+a 16,384-GPU Llama-3-405B-like one.
 
 Each run is `simulate` on scenarios/gpt3_175b_1024.yaml (128 nodes, TP 8, PP 16 x 3 chunks, DP 8,
 192 microbatches), then the same with 512 nodes and DP 32 (global batch 6144, still 192
-microbatches per pipeline), each in a child process of its own so its peak RSS is its own. The
+microbatches per pipeline), then scenarios/llama3_405b_16k.yaml (2,048 nodes, TP 8, PP 16 x 2,
+DP 128), each in a child process of its own so its peak RSS is its own. The
 engine walks one rank per orbit (sim.symmetry): "walked" ops are the representatives' ops, and
 "stood for" counts every rank's. The op rate is set against a bare SimPy loop (one process, one
 timeout per event) timed here in the same run, as bench/engine.py does.
 
-    python bench/scale.py [--only 1024|4096]
+    python bench/scale.py [--only 1024|4096|16384]
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from pathlib import Path
 from engine import bare_simpy_seconds  # bench/engine.py, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIO = ROOT / "scenarios" / "gpt3_175b_1024.yaml"
-SIZES = {"1024": {}, "4096": {"nodes": 512, "dp": 32, "global_batch": 6144}}
+GPT3 = ROOT / "scenarios" / "gpt3_175b_1024.yaml"
+SIZES = {"1024": (GPT3, {}), "4096": (GPT3, {"nodes": 512, "dp": 32, "global_batch": 6144}),
+         "16384": (ROOT / "scenarios" / "llama3_405b_16k.yaml", {})}
 
 
 def child(size: str) -> None:
@@ -34,8 +37,8 @@ def child(size: str) -> None:
     from sim.scenario_loader import load_scenario
 
     start = time.perf_counter()
-    scenario = load_scenario(SCENARIO)
-    change = SIZES[size]
+    path, change = SIZES[size]
+    scenario = load_scenario(path)
     if change:
         scenario = scenario.model_copy(update={
             "cluster": scenario.cluster.model_copy(update={"nodes": change["nodes"]}),

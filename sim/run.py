@@ -224,6 +224,8 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     memory = memory_of(scenario, log)
     summary = summarize(scenario, log, memory, numerics.finish() if numerics else None, symmetry)
     summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
+    if symmetry is not None:
+        summary["symmetry"]["messages_per_flow"] = network.orbits.size if network.orbits is not None else 1
     summary |= straggler_summary(log)
     return RunResult(scenario, program, graph, log, memory, summary)
 

@@ -61,6 +61,9 @@ def run(case: str, exact: bool) -> dict:
 # symmetric cases: a fat tree with adaptive routing; ECMP hashing and the torus tell images apart
 SYMMETRIC = {"fattree-64-interleaved": 2 * 8, "fattree-128-1f1b": 4 * 8, "fattree-256-1f1b": 8 * 8,
              "moe-fattree-64": 1 * 8}  # images per walked rank: dp / ep x tp
+# messages per network flow (sim.orbits): the shifts that move whole leaf groups (16 nodes); with
+# 32 nodes in blocks of 4 (pp 4 x tp 8), replicas 0 and 4 only: 2 x 8
+FLOW_ORBITS = {"fattree-64-interleaved": 16, "fattree-128-1f1b": 32, "fattree-256-1f1b": 2 * 8, "moe-fattree-64": 8}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -71,6 +74,7 @@ def test_replayed_collectives_change_nothing(case):
     if case in SYMMETRIC:
         assert fast["summary"]["symmetry"]["images_per_rank"] == SYMMETRIC[case]
         assert fast["summary"]["symmetry"]["image_spread_s"] == 0.0
+        assert fast["summary"]["symmetry"]["messages_per_flow"] == FLOW_ORBITS[case]
     else:
         assert fast["summary"]["symmetry"] is None
     assert fast["summary"]["step_time_s"] == pytest.approx(exact["summary"]["step_time_s"], rel=1e-9)
