@@ -51,8 +51,9 @@ class ActiveFlows:
         return self.flow_links[concat_ranges(starts, ends)], np.repeat(np.arange(len(flows)), ends - starts)
 
     def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> np.ndarray:
-        """Append flows (paths as CSR, one value per flow per column of PER_FLOW but alive/rate;
-        `members` optional); their indices."""
+        """Append flows (paths as CSR, each listing a link at most once: maxmin.fill counts a
+        flow once per link; one value per flow per column of PER_FLOW but alive/rate; `members`
+        optional); their indices."""
         n = len(ptr) - 1
         first = len(self.alive)
         columns.setdefault("members", np.full(n, -1))
