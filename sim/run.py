@@ -236,7 +236,8 @@ def _self_mapped_steps(program: Program, graph, shortcuts: Shortcuts, symmetry: 
     variants = {(op.kind, op.algorithm, op.group, op.nbytes) for ops in program.ops.values() for op in ops
                 if isinstance(op, Collective)}
     for kind, algorithm, group, nbytes in sorted(variants):
-        if not shortcuts.applies(group) and len(symmetry.groups(group)) < symmetry.images_per_rank:
+        images = symmetry.groups(group)
+        if len(images) < symmetry.images_per_rank and not all(shortcuts.applies(g) for g in images):  # as the engine
             yield group, step_pairs(graph, kind, algorithm, group, nbytes)
 
 
