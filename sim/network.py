@@ -1,7 +1,8 @@
 """Flow-level network: every message is a flow on a routed path; links are shared max-min fairly.
 
 State is held as arrays over the active flows (sim.flows), so a re-share of a million flows is a
-handful of numpy passes (sim.maxmin). Rates are re-shared whenever flows start (the flows
+handful of numpy passes (sim.maxmin); a symmetric run's network keeps one flow per orbit
+(sim.orbits), a handful, as Python objects (sim.few_flows). Rates are re-shared whenever flows start (the flows
 connected to them through shared links are filled again) or finish (only the flows at or above
 the slowest finisher's rate are). A message of M bytes on a path with latencies l_i is delivered at (the time its
 last byte leaves, given the rates it got) + sum(l_i): latency is paid once per message.
@@ -13,13 +14,12 @@ one re-share, not thousands.
 
 The network lives inside SimPy's event loop: each re-share schedules one timeout for the next
 finish, tagged with a generation number that the next re-share bumps, so stale timeouts are
-ignored. There is no second event queue.
+ignored. There is no second event queue. What it delivered is kept by its sim.ledger.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -29,6 +29,7 @@ from sim.few_flows import FewFlows
 from sim.flows import ActiveFlows
 from sim.maxmin import concat_ranges, row_lengths
 from sim.orbits import Orbits
+from sim.ledger import Ledger, Recording
 from sim.records import FlowTable, LinkStats
 from topologies.routing import Router, make_router
 from topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
@@ -38,23 +39,6 @@ PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
-LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
-TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (links_plot.TOP_LINKS)
-
-
-class Recording(NamedTuple):
-    """A network's activity from t = 0, to be replayed: how long it took, the links it used with
-    their bytes, busy time and peak flows, its load changes and its messages (as finish records)."""
-
-    duration_s: float
-    links: np.ndarray
-    bytes: np.ndarray
-    busy_s: np.ndarray
-    peak_flows: np.ndarray
-    timeline: tuple[np.ndarray, np.ndarray, np.ndarray]
-    messages: tuple[np.ndarray, ...]
-    reshares: int
-    flows_reshared: int
 
 
 class _Group:
@@ -111,29 +95,9 @@ class Network:
         self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
-        self._labels: list[str] = []  # group id -> label
-        # statistics: the flows' by flow link (a canonical link stands for its orbit, sim.orbits), the
-        # replays' by link; replays only use links no flow uses (sim.shortcut), so the two just add up
-        self._flow_bytes = np.zeros(self.num_links)
-        self._flow_busy_s = np.zeros(self.num_links)
-        self._busy_from = np.full(self.num_links, np.nan)  # since when a link carries flows (NaN: idle)
-        self._flow_peak = np.zeros(self.num_links, dtype=np.int64)
-        self._replay_bytes = np.zeros(self.num_links)
-        self._replay_busy_s = np.zeros(self.num_links)
-        self._replay_peak = np.zeros(self.num_links, dtype=np.int64)
-        # chunks of (times, flow links, loads, place): the links whose load changed, the new load, and
-        # the chunk's place among the chunks and replays, to keep changes at one instant in their order
-        self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
-        self._load = np.zeros(self.num_links)  # the load now, by flow link
-        self._orbit_records: list[tuple] = []  # delivered orbits: (members, start, end, bytes, group id)
-        self._orbit_messages = 0
+        self.ledger = Ledger(self.link_names, self.capacity_Bps, self.orbits)
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
-        self._done_records: list[tuple] = []  # delivered messages, a batch of arrays per finish
-        self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
-        self._replays: list[tuple[Recording, float, int, int]] = []  # (recording, start, group id, place),
-        # expanded at the end
-        self._replayed_messages = 0
 
     # -- starting messages -------------------------------------------------------------------
 
@@ -153,7 +117,7 @@ class Network:
         latency_s = self._latency_cache.get((src, dst))
         if latency_s is None:
             latency_s = self._path_latency(src, dst)
-        self._signals.append((src, dst, start_s, start_s + latency_s, label))
+        self.ledger.signal(src, dst, start_s, start_s + latency_s, label)
         return latency_s
 
     def _cached(self, src: np.ndarray, dst: np.ndarray, make):
@@ -215,8 +179,7 @@ class Network:
     def _start_group(self, src, dst, nbytes, label, done, payload) -> simpy.Event:
         """Start the messages as flows (in a symmetric run, one flow per orbit among them)."""
         now = self.env.now
-        gid = len(self._labels)
-        self._labels.append(label)
+        gid = self.ledger.group(label)
         if self.orbits is None:
             routed, full_src, full_dst = src != dst, None, None
             ptr, links, latency = self._cached(src, dst, lambda s, d: self._route(s, d, s != d))
@@ -244,7 +207,7 @@ class Network:
             extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
             self._member_sets.extend(m for m, k in zip(members, moving[routed].tolist()) if k)
             per_pair *= self.orbits.per_link[links]
-        np.add.at(self._flow_bytes, links, per_pair)
+        self.ledger.add_bytes(links, per_pair)
         ids = self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
                               src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
         self._flows.fill_component(ids, now)
@@ -261,8 +224,8 @@ class Network:
             src, dst = full_src.reshape(-1, size)[idle].ravel(), full_dst.reshape(-1, size)[idle].ravel()
             nbytes, end, idle = np.repeat(nbytes[idle], size), np.repeat(end[idle], size), np.ones(len(src), bool)
         count = int(idle.sum())
-        self._record(src[idle], dst[idle], np.full(count, start), end[idle], nbytes[idle], gid,
-                     np.zeros(count + 1, np.int64), np.zeros(0, np.int64))
+        self.ledger.record(src[idle], dst[idle], np.full(count, start), end[idle], nbytes[idle], gid,
+                           np.zeros(count + 1, np.int64), np.zeros(0, np.int64))
 
     # -- the fluid model -----------------------------------------------------------------------
 
@@ -275,26 +238,12 @@ class Network:
         if self.orbits is not None:  # the quotient's, as on each link of the orbit
             per_link = self.orbits.per_link[links]
             load, count = load * per_link, np.rint(count * per_link).astype(np.int64)
-        changed = load != self._load[links]
-        self._load[links[changed]] = load[changed]
-        self._timeline.append((np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed],
-                               self._next_place()))
-        self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
-        idle = np.isnan(self._busy_from[links])
-        busy = count > 0
-        self._busy_from[links[busy & idle]] = now
-        ends = links[~busy & ~idle]
-        self._flow_busy_s[ends] += now - self._busy_from[ends]
-        self._busy_from[ends] = np.nan
+        self.ledger.loads(now, links, load, count)
         if not flows.num_alive:
             return
         first, self._batch = flows.next_finish(self.env.now, FINISH_TOGETHER)
         generation = self._generation
         self.env.timeout(first).callbacks.append(lambda _: self._wake(generation))
-
-    def _next_place(self) -> int:
-        """The place of the next load-change chunk or replay, in the order they happen."""
-        return len(self._timeline) + len(self._replays)
 
     def _wake(self, generation: int) -> None:
         if generation != self._generation:
@@ -306,8 +255,8 @@ class Network:
             links, owner = flows.pairs_of(finished)
             ptr = np.zeros(len(finished) + 1, dtype=np.int64)
             np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
-            self._record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
-                         flows.nbytes[finished], finished_groups, ptr, links)
+            self.ledger.record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
+                               flows.nbytes[finished], finished_groups, ptr, links)
         else:  # every member of each finished orbit lands with it
             self._record_members(finished, landing, finished_groups)
         flows.finish(finished, self.env.now)
@@ -326,171 +275,42 @@ class Network:
         """Note the finished orbits (their members are listed, or summed, at the end)."""
         flows, sets = self._flows, self._member_sets
         members = flows.take(finished, "members").tolist()
-        self._orbit_records.extend(zip([sets[m] for m in members], flows.take(finished, "start").tolist(),
-                                       landing.tolist(), flows.take(finished, "nbytes").tolist(), groups.tolist()))
+        self.ledger.record_orbits([sets[m] for m in members], flows.take(finished, "start").tolist(), landing.tolist(),
+                                  flows.take(finished, "nbytes").tolist(), groups.tolist())
         for m in members:
             sets[m] = None
-        self._orbit_messages += len(members) * self.orbits.size
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)
         self.env.timeout(group.land_s - self.env.now).callbacks.append(lambda _: group.done.succeed(group.payload))
 
-    # -- records -------------------------------------------------------------------------------
-
-    def _record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
-        self._done_records.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
-
-    def _flush_signals(self) -> None:
-        """Move the zero-byte signals into the message records: route-less, each its own label."""
-        if self._signals:
-            src, dst, start, end, labels = zip(*self._signals)
-            first = len(self._labels)
-            self._labels.extend(labels)
-            self._signals.clear()
-            self._record(np.array(src), np.array(dst), np.array(start), np.array(end), np.zeros(len(src)),
-                         np.arange(first, first + len(src)), np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64))
-
-    def _listing(self) -> bool:
-        """Whether replayed and orbit messages are listed one by one (else summed, see flow_table)."""
-        return self._replayed_messages + self._orbit_messages <= LISTED_MESSAGES_MAX
-
-    def _orbit_columns(self) -> list[tuple]:
-        """The finished orbits' members as record batches."""
-        size = self.orbits.size if self.orbits is not None else 0
-        return [(src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
-                for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records]
-
-    def _messages(self) -> tuple:
-        """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
-        group, route CSR), zero-byte signals included, replayed ones too while they are listed."""
-        self._flush_signals()
-        records = self._done_records
-        if self._listing():
-            records = records + self._orbit_columns()
-        if self._replays and self._listing():
-            records = records + [(src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
-                                 for (src, dst, start, end, nbytes, ptr, route), at, gid
-                                 in ((r.messages, at, gid) for r, at, gid, _ in self._replays)]
-        if not records:
-            empty = np.zeros(0)
-            return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
-        columns = [np.concatenate([np.asarray(r[i]) for r in records]) for i in range(6)]
-        lengths = np.concatenate([row_lengths(r[6]) for r in records])
-        ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        return (*columns, ptr, np.concatenate([r[7] for r in records]))
+    # -- what it delivered (sim.ledger) --------------------------------------------------------
 
     def flow_table(self) -> FlowTable:
         """Every delivered message, in delivery order (ties: the order they were recorded)."""
-        src, dst, start, end, nbytes, group, ptr, links = self._messages()
-        order = np.argsort(end, kind="stable")
-        lengths = row_lengths(ptr)[order]
-        new_ptr = np.zeros(len(order) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=new_ptr[1:])
-        return FlowTable(src[order].astype(np.int64), dst[order].astype(np.int64), start[order].astype(float),
-                         end[order].astype(float), nbytes[order].astype(float), group[order].astype(np.int64),
-                         tuple(self._labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])],
-                         self._summed())
-
-    def _summed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Past LISTED_MESSAGES_MAX, the replayed and orbit messages as (src, dst, bytes, label),
-        summed by one stream over the replays of each recording and over the orbits of each
-        members' list (labelled by the first one's label)."""
-        if self._listing():
-            return FlowTable.summed_default()
-        sums: dict[tuple[int, str], list] = {}  # (recording or members, stream) -> [src, dst, bytes, first label]
-        for r, _, gid, _ in self._replays:
-            entry = sums.setdefault((id(r), self._labels[gid].split(":", 1)[0]),
-                                    [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid])
-            entry[2] += r.messages[4]
-        for members, _, _, nbytes, gid in self._orbit_records:
-            entry = sums.setdefault((id(members), self._labels[gid].split(":", 1)[0]), [members[0], members[1], 0.0, gid])
-            entry[2] += nbytes
-        src, dst, nbytes, label = zip(*((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid))
-                                        for s, d, b, gid in sums.values()))
-        return (np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64),
-                np.concatenate(nbytes).astype(float), np.concatenate(label).astype(np.int64))
-
-    def _load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every load change in time order, replays included (changes at one instant in the order
-        they happened); of `links` only when given. A flow link's changes go to every link of
-        its orbit."""
-        wanted = np.ones(self.num_links, dtype=bool)
-        if links is not None:
-            wanted[:] = False
-            wanted[links] = True
-        chunks = []
-        if self._timeline:
-            t, l, v = (np.concatenate(column) for column in list(zip(*self._timeline))[:3])
-            place = np.repeat([p for *_, p in self._timeline], [len(c) for _, c, _, _ in self._timeline])
-            if self.orbits is None:
-                keep = wanted[l]
-                chunks.append((t[keep], l[keep], v[keep], place[keep]))
-            else:  # each change, once per wanted link of its orbit
-                real = np.flatnonzero(wanted)
-                canon = self.orbits.canon[real]
-                by_canon = real[np.argsort(canon, kind="stable")]
-                ptr = np.zeros(self.num_links + 1, dtype=np.int64)
-                np.cumsum(np.bincount(canon, minlength=self.num_links), out=ptr[1:])
-                rows = np.repeat(np.arange(len(l)), ptr[l + 1] - ptr[l])
-                chunks.append((t[rows], by_canon[concat_ranges(ptr[l], ptr[l + 1])], v[rows], place[rows]))
-        by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
-        for r, at, _, place in self._replays:
-            entry = by_recording.setdefault(id(r), (r, [], []))
-            entry[1].append(at)
-            entry[2].append(place)
-        for r, at, place in by_recording.values():
-            t, l, v = r.timeline
-            keep = wanted[l]
-            n, k = len(at), int(keep.sum())
-            chunks.append(((np.asarray(at)[:, None] + t[keep][None, :]).ravel(), np.tile(l[keep], n), np.tile(v[keep], n),
-                           np.repeat(place, k)))
-        if not chunks:
-            return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
-        times, ids, loads, order_of = (np.concatenate(column) for column in zip(*chunks))
-        order = np.lexsort((order_of, times))  # stable: a chunk keeps its own order
-        return times[order], ids[order], loads[order]
-
-    def _link_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(bytes, busy seconds, peak flows) per link: the replays' plus the flows' (a flow link's
-        for every link of its orbit)."""
-        real = (lambda x: x) if self.orbits is None else (lambda x: x[self.orbits.canon])  # noqa: E731
-        return (self._replay_bytes + real(self._flow_bytes), self._replay_busy_s + real(self._flow_busy_s),
-                np.maximum(self._replay_peak, real(self._flow_peak)))
+        return self.ledger.flow_table()
 
     def link_stats(self, window_s: float) -> LinkStats:
-        """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
-        order of the TIMELINE_LINKS hottest links (the whole one of a big run is tens of millions
-        of changes)."""
-        link_bytes, busy_s, peak = self._link_totals()
-        util = link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
-        hottest = np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
-        return LinkStats(self.link_names, self.capacity_Bps, link_bytes, busy_s, util, peak, self._load_timeline(hottest))
+        """Per-link totals over `window_s` and the hottest links' load timeline."""
+        return self.ledger.link_stats(window_s)
 
     # -- collectives timed once, replayed ------------------------------------------------------
 
     def recording(self) -> Recording:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
         a `fresh` network (see sim.shortcut); never itself a replay's host."""
-        link_bytes, busy_s, peak = self._link_totals()
+        link_bytes, busy_s, peak = self.ledger.link_totals()
         used = np.flatnonzero(link_bytes)
-        src, dst, start, end, nbytes, _, ptr, links = self._messages()
-        return Recording(self.env.now, used, link_bytes[used], busy_s[used], peak[used], self._load_timeline(),
+        src, dst, start, end, nbytes, _, ptr, links = self.ledger.messages()
+        return Recording(self.env.now, used, link_bytes[used], busy_s[used], peak[used], self.ledger.load_timeline(),
                          (src, dst, start, end, nbytes, ptr, links), self.reshares, self.flows_reshared)
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """Add a recording's link statistics, load changes and messages as if it had run from
         `start_s` under `label`. Exact only where nothing else used its links meanwhile."""
-        r = recording
-        self._replay_bytes[r.links] += r.bytes
-        self._replay_busy_s[r.links] += r.busy_s
-        np.maximum.at(self._replay_peak, r.links, r.peak_flows)
-        self._replays.append((r, start_s, len(self._labels), self._next_place()))
-        self._replayed_messages += len(r.messages[0])
-        self._labels.append(label)
-        self.reshares += r.reshares
-        self.flows_reshared += r.flows_reshared
+        self.ledger.replay(recording, start_s, label)
+        self.reshares += recording.reshares
+        self.flows_reshared += recording.flows_reshared
 
 
 def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -51,7 +51,8 @@ class FlowTable:
     """Every delivered message, as columns (a big run moves millions): GPU src/dst, start and
     delivery time, bytes, label (an index into `labels`), route (CSR: links[link_ptr[i]:link_ptr[i+1]]),
     in delivery order. Iterating yields FlowSpans; `FlowTable.of(spans)` builds one from them.
-    Past a limit, replayed collectives' messages are only `summed` per (src, dst, stream)."""
+    Past a limit, replayed collectives' and symmetric orbits' messages are only `summed` per
+    (src, dst, stream)."""
 
     src: np.ndarray
     dst: np.ndarray

@@ -23,7 +23,8 @@ import simpy
 
 from schedules.ir import Collective, Program, Send
 from sim.collectives.run import message_pairs, run_collective, run_images
-from sim.network import Network, Recording
+from sim.ledger import Recording
+from sim.network import Network
 from sim.symmetry import Symmetry
 
 

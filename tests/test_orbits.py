@@ -162,13 +162,13 @@ def test_a_group_a_shift_maps_onto_itself_keeps_the_shift_only_if_its_steps_are_
 def test_past_the_listing_limit_orbit_messages_are_summed_by_pair_and_stream(monkeypatch):
     """A huge run's flow table sums its orbits' messages per (src, dst, stream): the bytes each
     pair sent per stream are the listed ones; the timeline kept for the hottest links is theirs."""
-    import sim.network as network_module
+    import sim.ledger as ledger_module
     image = shifts(2, PER_NODE)
     transfers = [(t, *(image[:, [s]].ravel(), image[:, [d]].ravel()), nbytes)
                  for t, s, d, nbytes in [(0.0, 0, 5, 3e6), (1e-5, 1, 9, 2e6), (2e-5, 0, 5, 1e6)]]
 
     def totals(limit):
-        monkeypatch.setattr(network_module, "LISTED_MESSAGES_MAX", limit)
+        monkeypatch.setattr(ledger_module, "LISTED_MESSAGES_MAX", limit)
         net = Network(simpy.Environment(), graph(), images=image)
         run(net, transfers)
         src, dst, nbytes, label = net.flow_table().totals()
@@ -178,9 +178,9 @@ def test_past_the_listing_limit_orbit_messages_are_summed_by_pair_and_stream(mon
     summed, _ = totals(0)
     assert summed == pytest.approx(listed, rel=1e-12)
     assert listed.sum() == pytest.approx(len(image) * 6e6)
-    monkeypatch.setattr(network_module, "TIMELINE_LINKS", net.num_links)
+    monkeypatch.setattr(ledger_module, "TIMELINE_LINKS", net.num_links)
     full = net.link_stats(net.env.now)
-    monkeypatch.setattr(network_module, "TIMELINE_LINKS", 8)
+    monkeypatch.setattr(ledger_module, "TIMELINE_LINKS", 8)
     hot = net.link_stats(net.env.now)
     kept = np.isin(full.timeline[1], hot.timeline[1])
     assert np.unique(hot.timeline[1]).size == min(8, np.unique(full.timeline[1]).size)

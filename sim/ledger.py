@@ -1,0 +1,246 @@
+"""What a network delivered: its messages, replays, per-link statistics and load timeline.
+
+sim.network moves the flows; this keeps the record, cheap to write during a run and turned into a
+FlowTable and LinkStats at its end. Flows' statistics are kept by flow link (in a symmetric run a
+canonical link stands for its orbit, sim.orbits) and handed to every link of the orbit at the
+end; replays' are kept by link. Replays only use links no flow uses (sim.shortcut), so the two
+just add up. Past LISTED_MESSAGES_MAX replayed and orbit messages, those are summed per stream
+instead of listed, and the load timeline given out is the TIMELINE_LINKS hottest links'.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.maxmin import concat_ranges, row_lengths
+from sim.orbits import Orbits
+from sim.records import FlowTable, LinkStats
+
+LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
+TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (links_plot.TOP_LINKS)
+
+
+class Recording(NamedTuple):
+    """A network's activity from t = 0, to be replayed: how long it took, the links it used with
+    their bytes, busy time and peak flows, its load changes and its messages (as finish records)."""
+
+    duration_s: float
+    links: np.ndarray
+    bytes: np.ndarray
+    busy_s: np.ndarray
+    peak_flows: np.ndarray
+    timeline: tuple[np.ndarray, np.ndarray, np.ndarray]
+    messages: tuple[np.ndarray, ...]
+    reshares: int
+    flows_reshared: int
+
+
+class Ledger:
+    """The record of one network's run (see the module docstring)."""
+
+    def __init__(self, link_names: tuple[str, ...], capacity_Bps: np.ndarray, orbits: Orbits | None):
+        self.num_links = num_links = len(capacity_Bps)
+        self.link_names, self.capacity_Bps, self.orbits = link_names, capacity_Bps, orbits
+        self.labels: list[str] = []  # group id -> label
+        self._flow_bytes = np.zeros(num_links)
+        self._flow_busy_s = np.zeros(num_links)
+        self._busy_from = np.full(num_links, np.nan)  # since when a link carries flows (NaN: idle)
+        self._flow_peak = np.zeros(num_links, dtype=np.int64)
+        self._replay_bytes = np.zeros(num_links)
+        self._replay_busy_s = np.zeros(num_links)
+        self._replay_peak = np.zeros(num_links, dtype=np.int64)
+        # chunks of (times, flow links, loads, place): the links whose load changed, the new load, and
+        # the chunk's place among the chunks and replays, to keep changes at one instant in their order
+        self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+        self._load = np.zeros(num_links)  # the load now, by flow link
+        self._done: list[tuple] = []  # delivered messages, a batch of arrays per finish
+        self._orbit_records: list[tuple] = []  # delivered orbits: (members, start, end, bytes, group id)
+        self._orbit_messages = 0
+        self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
+        self._replays: list[tuple[Recording, float, int, int]] = []  # (recording, start, group id, place)
+        self._replayed_messages = 0
+
+    # -- during the run ------------------------------------------------------------------------
+
+    def group(self, label: str) -> int:
+        """A new group id under `label`."""
+        self.labels.append(label)
+        return len(self.labels) - 1
+
+    def record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
+        """Delivered messages (columns, route CSR)."""
+        self._done.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
+
+    def record_orbits(self, members: list[tuple], start: list[float], end: list[float], nbytes: list[float],
+                      groups: list[int]) -> None:
+        """Delivered orbits, each one's members (src, dst, route CSR) listed or summed at the end."""
+        self._orbit_records.extend(zip(members, start, end, nbytes, groups))
+        self._orbit_messages += len(members) * self.orbits.size
+
+    def signal(self, src: int, dst: int, start_s: float, end_s: float, label: str) -> None:
+        """A zero-byte message: no route, a label of its own."""
+        self._signals.append((src, dst, start_s, end_s, label))
+
+    def add_bytes(self, links: np.ndarray, nbytes: np.ndarray) -> None:
+        """Bytes of started flows, per (flow, flow link) pair."""
+        np.add.at(self._flow_bytes, links, nbytes)
+
+    def loads(self, now: float, links: np.ndarray, load: np.ndarray, count: np.ndarray) -> None:
+        """The flow links `links` carry `count` flows at total rate `load` from `now`: load
+        changes, peak flows and busy time."""
+        changed = load != self._load[links]
+        self._load[links[changed]] = load[changed]
+        self._timeline.append((np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed],
+                               self._next_place()))
+        self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
+        idle = np.isnan(self._busy_from[links])
+        busy = count > 0
+        self._busy_from[links[busy & idle]] = now
+        ends = links[~busy & ~idle]
+        self._flow_busy_s[ends] += now - self._busy_from[ends]
+        self._busy_from[ends] = np.nan
+
+    def replay(self, recording: Recording, start_s: float, label: str) -> None:
+        """A recording's link statistics, load changes and messages, as if run from `start_s`."""
+        r = recording
+        self._replay_bytes[r.links] += r.bytes
+        self._replay_busy_s[r.links] += r.busy_s
+        np.maximum.at(self._replay_peak, r.links, r.peak_flows)
+        self._replays.append((r, start_s, len(self.labels), self._next_place()))
+        self._replayed_messages += len(r.messages[0])
+        self.labels.append(label)
+
+    def _next_place(self) -> int:
+        """The place of the next load-change chunk or replay, in the order they happen."""
+        return len(self._timeline) + len(self._replays)
+
+    # -- at the end ------------------------------------------------------------------------------
+
+    def _flush_signals(self) -> None:
+        """Move the zero-byte signals into the message records: route-less, each its own label."""
+        if self._signals:
+            src, dst, start, end, labels = zip(*self._signals)
+            first = len(self.labels)
+            self.labels.extend(labels)
+            self._signals.clear()
+            self.record(np.array(src), np.array(dst), np.array(start), np.array(end), np.zeros(len(src)),
+                        np.arange(first, first + len(src)), np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64))
+
+    def _listing(self) -> bool:
+        """Whether replayed and orbit messages are listed one by one (else summed, see flow_table)."""
+        return self._replayed_messages + self._orbit_messages <= LISTED_MESSAGES_MAX
+
+    def _orbit_columns(self) -> list[tuple]:
+        """The finished orbits' members as record batches."""
+        size = self.orbits.size if self.orbits is not None else 0
+        return [(src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
+                for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records]
+
+    def messages(self) -> tuple:
+        """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
+        group, route CSR), zero-byte signals included, replayed ones too while they are listed."""
+        self._flush_signals()
+        records = self._done
+        if self._listing():
+            records = records + self._orbit_columns()
+        if self._replays and self._listing():
+            records = records + [(src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
+                                 for (src, dst, start, end, nbytes, ptr, route), at, gid
+                                 in ((r.messages, at, gid) for r, at, gid, _ in self._replays)]
+        if not records:
+            empty = np.zeros(0)
+            return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
+        columns = [np.concatenate([np.asarray(r[i]) for r in records]) for i in range(6)]
+        lengths = np.concatenate([row_lengths(r[6]) for r in records])
+        ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        return (*columns, ptr, np.concatenate([r[7] for r in records]))
+
+    def flow_table(self) -> FlowTable:
+        """Every delivered message, in delivery order (ties: the order they were recorded)."""
+        src, dst, start, end, nbytes, group, ptr, links = self.messages()
+        order = np.argsort(end, kind="stable")
+        lengths = row_lengths(ptr)[order]
+        new_ptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=new_ptr[1:])
+        return FlowTable(src[order].astype(np.int64), dst[order].astype(np.int64), start[order].astype(float),
+                         end[order].astype(float), nbytes[order].astype(float), group[order].astype(np.int64),
+                         tuple(self.labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])],
+                         self._summed())
+
+    def _summed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Past LISTED_MESSAGES_MAX, the replayed and orbit messages as (src, dst, bytes, label),
+        summed by one stream over the replays of each recording and over the orbits of each
+        members' list (labelled by the first one's label)."""
+        if self._listing():
+            return FlowTable.summed_default()
+        sums: dict[tuple[int, str], list] = {}  # (recording or members, stream) -> [src, dst, bytes, first label]
+        for r, _, gid, _ in self._replays:
+            entry = sums.setdefault((id(r), self.labels[gid].split(":", 1)[0]),
+                                    [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid])
+            entry[2] += r.messages[4]
+        for members, _, _, nbytes, gid in self._orbit_records:
+            entry = sums.setdefault((id(members), self.labels[gid].split(":", 1)[0]), [members[0], members[1], 0.0, gid])
+            entry[2] += nbytes
+        src, dst, nbytes, label = zip(*((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid))
+                                        for s, d, b, gid in sums.values()))
+        return (np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64),
+                np.concatenate(nbytes).astype(float), np.concatenate(label).astype(np.int64))
+
+    def load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every load change in time order, replays included (changes at one instant in the order
+        they happened); of `links` only when given. A flow link's changes go to every link of
+        its orbit."""
+        wanted = np.ones(self.num_links, dtype=bool)
+        if links is not None:
+            wanted[:] = False
+            wanted[links] = True
+        chunks = []
+        if self._timeline:
+            t, l, v = (np.concatenate(column) for column in list(zip(*self._timeline))[:3])
+            place = np.repeat([p for *_, p in self._timeline], [len(c) for _, c, _, _ in self._timeline])
+            if self.orbits is None:
+                keep = wanted[l]
+                chunks.append((t[keep], l[keep], v[keep], place[keep]))
+            else:  # each change, once per wanted link of its orbit
+                real = np.flatnonzero(wanted)
+                canon = self.orbits.canon[real]
+                by_canon = real[np.argsort(canon, kind="stable")]
+                ptr = np.zeros(self.num_links + 1, dtype=np.int64)
+                np.cumsum(np.bincount(canon, minlength=self.num_links), out=ptr[1:])
+                rows = np.repeat(np.arange(len(l)), ptr[l + 1] - ptr[l])
+                chunks.append((t[rows], by_canon[concat_ranges(ptr[l], ptr[l + 1])], v[rows], place[rows]))
+        by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
+        for r, at, _, place in self._replays:
+            entry = by_recording.setdefault(id(r), (r, [], []))
+            entry[1].append(at)
+            entry[2].append(place)
+        for r, at, place in by_recording.values():
+            t, l, v = r.timeline
+            keep = wanted[l]
+            n, k = len(at), int(keep.sum())
+            chunks.append(((np.asarray(at)[:, None] + t[keep][None, :]).ravel(), np.tile(l[keep], n), np.tile(v[keep], n),
+                           np.repeat(place, k)))
+        if not chunks:
+            return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
+        times, ids, loads, order_of = (np.concatenate(column) for column in zip(*chunks))
+        order = np.lexsort((order_of, times))  # stable: a chunk keeps its own order
+        return times[order], ids[order], loads[order]
+
+    def link_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(bytes, busy seconds, peak flows) per link: the replays' plus the flows' (a flow link's
+        for every link of its orbit)."""
+        real = (lambda x: x) if self.orbits is None else (lambda x: x[self.orbits.canon])  # noqa: E731
+        return (self._replay_bytes + real(self._flow_bytes), self._replay_busy_s + real(self._flow_busy_s),
+                np.maximum(self._replay_peak, real(self._flow_peak)))
+
+    def link_stats(self, window_s: float) -> LinkStats:
+        """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time
+        order of the TIMELINE_LINKS hottest links (the whole one of a big run is tens of millions
+        of changes)."""
+        link_bytes, busy_s, peak = self.link_totals()
+        util = link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
+        hottest = np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
+        return LinkStats(self.link_names, self.capacity_Bps, link_bytes, busy_s, util, peak, self.load_timeline(hottest))
