@@ -48,9 +48,7 @@ class Ledger:
         self._flow_busy_s = np.zeros(num_links)
         self._busy_from = np.full(num_links, np.nan)  # since when a link carries flows (NaN: idle)
         self._flow_peak = np.zeros(num_links, dtype=np.int64)
-        self._replay_bytes = np.zeros(num_links)
-        self._replay_busy_s = np.zeros(num_links)
-        self._replay_peak = np.zeros(num_links, dtype=np.int64)
+        self._replay_counts: dict[int, list] = {}  # id(recording) -> [recording, times replayed]
         # chunks of (times, flow links, loads, place): the links whose load changed, the new load, and
         # the chunk's place among the chunks and replays, to keep changes at one instant in their order
         self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
@@ -105,9 +103,7 @@ class Ledger:
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """A recording's link statistics, load changes and messages, as if run from `start_s`."""
         r = recording
-        self._replay_bytes[r.links] += r.bytes
-        self._replay_busy_s[r.links] += r.busy_s
-        np.maximum.at(self._replay_peak, r.links, r.peak_flows)
+        self._replay_counts.setdefault(id(r), [r, 0])[1] += 1
         self._replays.append((r, start_s, len(self.labels), self._next_place()))
         self._replayed_messages += len(r.messages[0])
         self.labels.append(label)
@@ -233,8 +229,12 @@ class Ledger:
         """(bytes, busy seconds, peak flows) per link: the replays' plus the flows' (a flow link's
         for every link of its orbit)."""
         real = (lambda x: x) if self.orbits is None else (lambda x: x[self.orbits.canon])  # noqa: E731
-        return (self._replay_bytes + real(self._flow_bytes), self._replay_busy_s + real(self._flow_busy_s),
-                np.maximum(self._replay_peak, real(self._flow_peak)))
+        link_bytes, busy_s, peak = (real(x).copy() for x in (self._flow_bytes, self._flow_busy_s, self._flow_peak))
+        for r, times in self._replay_counts.values():  # each recording's totals, times its replays
+            link_bytes[r.links] += times * r.bytes
+            busy_s[r.links] += times * r.busy_s
+            np.maximum.at(peak, r.links, r.peak_flows)
+        return link_bytes, busy_s, peak
 
     def link_stats(self, window_s: float) -> LinkStats:
         """Per-link totals; utilisation = bytes / (bandwidth x window); the load timeline in time

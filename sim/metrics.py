@@ -74,8 +74,10 @@ def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
 def stream_of_flows(flows: FlowTable, label: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(the streams, sorted; the stream index of each message with label index `label`): a
     flow's label is "stream:...", so the stream is what precedes the first colon."""
-    streams = sorted({name.split(":", 1)[0] for name in flows.labels})
-    stream_of_label = np.array([streams.index(name.split(":", 1)[0]) for name in flows.labels], dtype=np.int64)
+    names = [name.partition(":")[0] for name in flows.labels]
+    streams = sorted(set(names))
+    index = {stream: i for i, stream in enumerate(streams)}
+    stream_of_label = np.array([index[name] for name in names], dtype=np.int64)
     return streams, stream_of_label[label] if len(label) else np.zeros(0, np.int64)
 
 

@@ -141,7 +141,7 @@ class EventLog:
         if not isinstance(self.flows, FlowTable):  # FlowSpans, as a hand-made log gives them
             object.__setattr__(self, "flows", FlowTable.of(self.flows))
 
-    @property
+    @functools.cached_property
     def makespan_s(self) -> float:
         return max((s.end_s for s in self.spans), default=0.0)
 

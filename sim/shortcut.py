@@ -40,16 +40,17 @@ class Shortcuts:
         variants: dict[tuple[int, ...], set[tuple[str, str, float]]] = defaultdict(set)
         streams: dict[tuple[int, ...], set[str]] = defaultdict(set)
         pairs: set[tuple[int, int]] = set()
-        for rank, ops in program.ops.items():
-            for op in ops:
-                if isinstance(op, Collective):
-                    gpus = tuple(rank_to_gpu[r] for r in op.group)
-                    for image in symmetry.groups(gpus) if symmetry is not None else [gpus]:
-                        variants[image].add((op.kind, op.algorithm, op.nbytes))
-                        streams[image].add(op.stream)
-                elif isinstance(op, Send) and op.nbytes > 0:
-                    src, dst = rank_to_gpu[rank], rank_to_gpu[op.peer]
-                    pairs.update(zip(*symmetry.pairs(src, dst)) if symmetry is not None else [(src, dst)])
+        collectives = {(op.group, op.kind, op.algorithm, op.nbytes, op.stream) for ops in program.ops.values()
+                       for op in ops if type(op) is Collective}
+        for group, kind, algorithm, nbytes, stream in collectives:
+            gpus = tuple(rank_to_gpu[r] for r in group)
+            for image in symmetry.groups(gpus) if symmetry is not None else [gpus]:
+                variants[image].add((kind, algorithm, nbytes))
+                streams[image].add(stream)
+        sends = {(rank, op.peer) for rank, ops in program.ops.items() for op in ops if type(op) is Send and op.nbytes > 0}
+        for rank, peer in sends:
+            src, dst = rank_to_gpu[rank], rank_to_gpu[peer]
+            pairs.update(zip(*symmetry.pairs(src, dst)) if symmetry is not None else [(src, dst)])
         owners = np.zeros(network.num_links, dtype=np.int64)  # how many traffic classes use each link
         group_links: dict[tuple[int, ...], np.ndarray] = {}
         for gpus, kinds in variants.items():
