@@ -216,11 +216,13 @@ def _check_deadlock(program: Program) -> None:
     joined: dict[str, set[int]] = defaultdict(set)  # collective tag -> members that reached it
     pos = dict.fromkeys(streams, 0)
     sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
+    # rank -> label -> streams waiting for that op to finish (kept apart: checked after every op)
+    waiting: dict[int, dict[str, list[tuple[int, str]]]] = {rank: {} for rank in program.ranks}
     ready = deque(streams)
     members = program.members
     while ready:
         key = ready.popleft()
-        rank, ops, mine = key[0], streams[key], done[key[0]]
+        rank, ops, mine, on_mine = key[0], streams[key], done[key[0]], waiting[key[0]]
         i = pos[key]
         while i < len(ops):
             op = ops[i]
@@ -231,7 +233,7 @@ def _check_deadlock(program: Program) -> None:
             else:
                 dep = None
             if dep is not None:
-                sleepers[("done", rank, dep)].append(key)
+                on_mine.setdefault(dep, []).append(key)
                 break
             if kind is Collective:
                 group = joined[op.tag]
@@ -246,13 +248,12 @@ def _check_deadlock(program: Program) -> None:
                 sleepers[("sent", op.peer, rank, op.tag)].append(key)
                 break
             mine.add(op.label)
-            if sleepers:
-                ready.extend(sleepers.pop(("done", rank, op.label), ()))
-                if kind is Send:
-                    sent.add((rank, op.peer, op.tag))
-                    ready.extend(sleepers.pop(("sent", rank, op.peer, op.tag), ()))
-            elif kind is Send:
+            if on_mine and op.label in on_mine:
+                ready.extend(on_mine.pop(op.label))
+            if kind is Send:
                 sent.add((rank, op.peer, op.tag))
+                if sleepers:
+                    ready.extend(sleepers.pop(("sent", rank, op.peer, op.tag), ()))
             i += 1
         pos[key] = i
     stuck = [(key, pos[key], ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
