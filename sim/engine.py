@@ -186,7 +186,7 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         if key not in replays:
             images = image_groups(op)
             replays[key] = (shortcuts.recording(op.kind, op.algorithm, tuple(images), nbytes)
-                            if all(shortcuts.applies(g) for g in images) else None)
+                            if shortcuts.replays(images) else None)
         return replays[key]
 
     def image_groups(op: Collective) -> list[tuple[int, ...]]:

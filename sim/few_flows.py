@@ -41,11 +41,13 @@ class FewFlows:
     def num_alive(self) -> int:
         return len(self._flows)
 
-    def add(self, ptr: np.ndarray, links: np.ndarray, nbytes, latency, start, src, dst, group, members=None) -> list[int]:
-        """New flows (paths as CSR, one value per flow per column); their ids."""
+    def add(self, ptr: np.ndarray, links: np.ndarray, nbytes, latency, start, src, dst, group,
+            members: list | None = None) -> list[int]:
+        """New flows (paths as CSR, one value per flow per column; `members`: what each stands
+        for, any object, given back by `members_of`); their ids."""
         ids = []
         n = len(ptr) - 1
-        members = [-1] * n if members is None else members.tolist()
+        members = [None] * n if members is None else members
         paths = links.tolist()
         bounds = ptr.tolist()
         for i, values in enumerate(zip(nbytes.tolist(), latency.tolist(), start.tolist(), src.tolist(), dst.tolist(),
@@ -66,6 +68,9 @@ class FewFlows:
     def take(self, ids: list[int], name: str) -> np.ndarray:
         """One column's values for `ids`, as an array."""
         return np.array([getattr(self._flows[i], name) for i in ids])
+
+    def members_of(self, ids: list[int]) -> list:
+        return [self._flows[i].members for i in ids]
 
     def loads(self, links: np.ndarray) -> np.ndarray:
         load = self._load

@@ -13,8 +13,7 @@ import numpy as np
 
 from sim.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
 
-PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "members",
-            "alive")
+PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
 
 
 class ActiveFlows:
@@ -33,7 +32,6 @@ class ActiveFlows:
         self.src = np.zeros(0, dtype=np.int64)
         self.dst = np.zeros(0, dtype=np.int64)
         self.group = np.zeros(0, dtype=np.int64)
-        self.members = np.zeros(0, dtype=np.int64)  # the network's note of the messages a flow stands for
         self.alive = np.zeros(0, dtype=bool)
         self.flow_ptr = np.zeros(1, dtype=np.int64)
         self.flow_links = np.zeros(0, dtype=np.int64)
@@ -52,11 +50,10 @@ class ActiveFlows:
 
     def add(self, ptr: np.ndarray, links: np.ndarray, **columns) -> np.ndarray:
         """Append flows (paths as CSR, each listing a link at most once: maxmin.fill counts a
-        flow once per link; one value per flow per column of PER_FLOW but alive/rate; `members`
-        optional); their indices."""
+        flow once per link; one value per flow per column of PER_FLOW but alive/rate); their
+        indices."""
         n = len(ptr) - 1
         first = len(self.alive)
-        columns.setdefault("members", np.full(n, -1))
         columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"],
                        since=columns["start"], finish_at=np.full(n, np.inf))
         for name in PER_FLOW:

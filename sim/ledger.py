@@ -19,7 +19,7 @@ from sim.orbits import Orbits
 from sim.records import FlowTable, LinkStats
 
 LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
-TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (links_plot.TOP_LINKS)
+TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (what links.png draws)
 
 
 class Recording(NamedTuple):
@@ -130,7 +130,9 @@ class Ledger:
 
     def _orbit_columns(self) -> list[tuple]:
         """The finished orbits' members as record batches."""
-        size = self.orbits.size if self.orbits is not None else 0
+        if not self._orbit_records:
+            return []
+        size = self.orbits.size
         return [(src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
                 for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records]
 

@@ -13,10 +13,11 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from sim.ledger import TIMELINE_LINKS  # noqa: E402
 from sim.records import LinkStats  # noqa: E402
 from sim.topology_plot import draw_topology_on  # noqa: E402
 
-TOP_LINKS = 16  # at most ledger.TIMELINE_LINKS: the links whose load timeline a run keeps
+TOP_LINKS = TIMELINE_LINKS  # the links whose load timeline a run keeps
 TIME_BINS = 200
 
 

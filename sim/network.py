@@ -91,7 +91,6 @@ class Network:
     def _reset_state(self) -> None:
         # a symmetric run's quotient has a handful of flows in flight: kept as Python objects
         self._flows = ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
-        self._member_sets: list[tuple | None] = []  # a quotient flow's messages: (src, dst, route CSR)
         self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
@@ -146,9 +145,8 @@ class Network:
         size = orbits.size
         flow_ptr, flow_links = orbits.learn(ptr, links, int(routed[::size].sum()))
         members = []
-        for j in range(len(flow_ptr) - 1):
+        for j, first in enumerate(np.flatnonzero(routed)[::size].tolist()):  # each routed orbit's first member
             rows = ptr[j * size:(j + 1) * size + 1]
-            first = np.flatnonzero(routed)[j * size]
             members.append((full_src[first:first + size], full_dst[first:first + size], rows - rows[0],
                             links[rows[0]:rows[-1]]))
         return (picked, src[picked], dst[picked], routed[::size], flow_ptr, flow_links, latency[::size], members,
@@ -204,8 +202,7 @@ class Network:
         extra = {}
         per_pair = np.repeat(nbytes[moving], row_lengths(ptr))
         if self.orbits is not None:  # one flow per orbit, on canonical links, standing for its members
-            extra["members"] = np.arange(len(self._member_sets), len(self._member_sets) + n)
-            self._member_sets.extend(m for m, k in zip(members, moving[routed].tolist()) if k)
+            extra["members"] = [m for m, k in zip(members, moving[routed].tolist()) if k]
             per_pair *= self.orbits.per_link[links]
         self.ledger.add_bytes(links, per_pair)
         ids = self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
@@ -273,12 +270,9 @@ class Network:
 
     def _record_members(self, finished, landing: np.ndarray, groups: np.ndarray) -> None:
         """Note the finished orbits (their members are listed, or summed, at the end)."""
-        flows, sets = self._flows, self._member_sets
-        members = flows.take(finished, "members").tolist()
-        self.ledger.record_orbits([sets[m] for m in members], flows.take(finished, "start").tolist(), landing.tolist(),
+        flows = self._flows
+        self.ledger.record_orbits(flows.members_of(finished), flows.take(finished, "start").tolist(), landing.tolist(),
                                   flows.take(finished, "nbytes").tolist(), groups.tolist())
-        for m in members:
-            sets[m] = None
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)

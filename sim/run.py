@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import networkx as nx
 import simpy
 
-from schedules.ir import Collective, Compute, Program
+from schedules.ir import Compute, Program
 from schedules.data_parallel import add_data_parallel, bucket_sizes
 from schedules.layout import Layout
 from schedules.pipeline import build_program, rank_order, stage_ranks
@@ -216,8 +216,8 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
     shortcuts = None if exact else Shortcuts(program, network, _Identity(), symmetry)
-    if symmetry is not None and (images := symmetry.network_images(_self_mapped_steps(program, graph, shortcuts,
-                                                                                     symmetry))) is not None:
+    if (symmetry is not None and shortcuts is not None  # exact: every flow moved
+            and (images := symmetry.network_images(_self_mapped_steps(graph, shortcuts, symmetry))) is not None):
         network = Network(network.env, graph, network.router, images)
     log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress,
                       shortcuts=shortcuts, symmetry=symmetry)
@@ -230,14 +230,12 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     return RunResult(scenario, program, graph, log, memory, summary)
 
 
-def _self_mapped_steps(program: Program, graph, shortcuts: Shortcuts, symmetry: Symmetry):
+def _self_mapped_steps(graph, shortcuts: Shortcuts, symmetry: Symmetry):
     """Each collective that moves its flows on a group some shift maps onto itself: the group
     and its steps' (sources, destinations), for Symmetry.network_images."""
-    variants = {(op.kind, op.algorithm, op.group, op.nbytes) for ops in program.ops.values() for op in ops
-                if isinstance(op, Collective)}
-    for kind, algorithm, group, nbytes in sorted(variants):
+    for group, kind, algorithm, nbytes in sorted({c[:4] for c in shortcuts.collectives}):
         images = symmetry.groups(group)
-        if len(images) < symmetry.images_per_rank and not all(shortcuts.applies(g) for g in images):  # as the engine
+        if len(images) < symmetry.images_per_rank and not shortcuts.replays(images):
             yield group, step_pairs(graph, kind, algorithm, group, nbytes)
 
 

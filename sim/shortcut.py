@@ -40,9 +40,10 @@ class Shortcuts:
         variants: dict[tuple[int, ...], set[tuple[str, str, float]]] = defaultdict(set)
         streams: dict[tuple[int, ...], set[str]] = defaultdict(set)
         pairs: set[tuple[int, int]] = set()
-        collectives = {(op.group, op.kind, op.algorithm, op.nbytes, op.stream) for ops in program.ops.values()
-                       for op in ops if type(op) is Collective}
-        for group, kind, algorithm, nbytes, stream in collectives:
+        # each distinct collective of the program: (group, kind, algorithm, bytes, stream)
+        self.collectives = {(op.group, op.kind, op.algorithm, op.nbytes, op.stream) for ops in program.ops.values()
+                            for op in ops if type(op) is Collective}
+        for group, kind, algorithm, nbytes, stream in self.collectives:
             gpus = tuple(rank_to_gpu[r] for r in group)
             for image in symmetry.groups(gpus) if symmetry is not None else [gpus]:
                 variants[image].add((kind, algorithm, nbytes))
@@ -80,5 +81,7 @@ class Shortcuts:
             self._recordings[key] = alone.recording()
         return self._recordings[key]
 
-    def applies(self, gpus: tuple[int, ...]) -> bool:
-        return gpus in self.groups
+    def replays(self, images: list[tuple[int, ...]]) -> bool:
+        """Whether a collective on a group and its images (sim.symmetry; or the group alone) is
+        replayed: every one of them has its links to itself."""
+        return all(gpus in self.groups for gpus in images)

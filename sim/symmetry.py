@@ -64,16 +64,18 @@ class Symmetry:
             if sum(rows) == 1:
                 continue
             orbits = MessageOrbits(self.image[np.array(rows)])
-            if all(orbits.closed(*self._on_images(group, src, dst)) for group, pairs in steps for src, dst in pairs):
+            if all(orbits.closed(src, dst) for group, pairs in steps for src, dst in self._on_images(group, pairs)):
                 return orbits.image
         return None
 
-    def _on_images(self, group: tuple[int, ...], src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A step's messages on `group` (GPUs) and the same step on each of the group's images."""
-        moved = np.zeros((len(self.groups(group)), self.world), dtype=np.int64)
-        for row, image in zip(moved, self.groups(group)):
-            row[list(group)] = image
-        return moved[:, src].ravel(), moved[:, dst].ravel()
+    def _on_images(self, group: tuple[int, ...], pairs: list) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """Each step's messages on `group` (GPUs), with the same step on each of the group's images."""
+        images = np.array(self.groups(group))  # (images, members): images[k, i] is the image of group[i]
+        order = np.argsort(group)
+        members = np.asarray(group)[order]
+        for src, dst in pairs:
+            yield (images[:, order[np.searchsorted(members, src)]].ravel(),
+                   images[:, order[np.searchsorted(members, dst)]].ravel())
 
     @property
     def images_per_rank(self) -> int:

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from sim.links_plot import utilisation_matrix
 from sim.network import Network
+from transfers import landing_times
 from topologies.switch import switch
 
 B, LAT = 100e9, 1e-6  # link bandwidth (B/s per direction) and per-link latency
@@ -15,21 +16,6 @@ B, LAT = 100e9, 1e-6  # link bandwidth (B/s per direction) and per-link latency
 
 def network(n=4):
     return Network(simpy.Environment(), switch(n, B, LAT))
-
-
-def landing_times(net, starts):
-    """Start messages (t, src, dst, nbytes) at their times; return each one's landing time."""
-    out = {}
-
-    def send(i, t, src, dst, nbytes):
-        yield net.env.timeout(t)
-        yield net.transfer(src, dst, nbytes, f"m{i}")
-        out[i] = net.env.now
-
-    for i, start in enumerate(starts):
-        net.env.process(send(i, *start))
-    net.env.run()
-    return [out[i] for i in range(len(starts))]
 
 
 def test_lone_message_takes_latency_plus_bytes_over_bandwidth():

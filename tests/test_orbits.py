@@ -15,6 +15,7 @@ from sim.flows import ActiveFlows
 from sim.network import Network
 from sim.symmetry import Symmetry
 from topologies.fattree import fat_tree
+from transfers import landing_times
 
 NODES, PER_NODE = 4, 4
 # leaf radix -> node shifts by multiples of this map the fat tree onto itself (whole leaf groups);
@@ -35,19 +36,9 @@ def graph(radix=2):
     return fat_tree(NODES, PER_NODE, leaf_radix=radix, oversubscription=2, latency_s=1e-6, load_balance="adaptive")
 
 
-def run(net, messages):
-    """Start each (t, sources, destinations, bytes) as one transfer; each message's landing time."""
-    out = {}
-
-    def send(i, t, src, dst, nbytes):
-        yield net.env.timeout(t)
-        yield net.transfer_many(src, dst, nbytes, f"send:m{i}")
-        out[i] = net.env.now
-
-    for i, m in enumerate(messages):
-        net.env.process(send(i, *m))
-    net.env.run()
-    return [out[i] for i in range(len(messages))]
+def run(net, transfers):
+    """Each (t, sources, destinations, bytes) as one transfer on the "send" stream; landing times."""
+    return landing_times(net, transfers, label="send:m")
 
 
 @st.composite
