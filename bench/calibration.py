@@ -16,11 +16,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.collectives.run import time_collective
-from sim.hardware import GPUS
-from sim.run import simulate
-from sim.scenario_loader import load_scenario
-from topologies.spec import parse_spec
+from clustersim.sim.collectives.run import time_collective
+from clustersim.sim.scenario.hardware import GPUS
+from clustersim.sim.run import simulate
+from clustersim.sim.scenario.loader import load_scenario
+from clustersim.topologies.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB, MiB = 2**30, 2**20

@@ -25,11 +25,11 @@ import time
 
 import simpy
 
-from schedules.ir import Program
-from schedules.pipeline import build_program, rank_order
-from sim.engine import run_program
-from sim.network import Network
-from topologies.switch import switch
+from clustersim.schedules.ir import Program
+from clustersim.schedules.pipeline import build_program, rank_order
+from clustersim.sim.engine.loop import run_program
+from clustersim.sim.network.network import Network
+from clustersim.topologies.switch import switch
 
 
 def bare_simpy_seconds(num_events: int) -> float:

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import simpy
 
-from sim.network import Network
-from topologies.spec import parse_spec
+from clustersim.sim.network.network import Network
+from clustersim.topologies.spec import parse_spec
 
 CASES = ("torus:8x8x8", "fattree:nodes=64,gpus_per_node=8,load_balance=adaptive",
          "fattree:nodes=64,gpus_per_node=8,load_balance=ecmp",

@@ -33,8 +33,8 @@ SIZES = {"1024": (GPT3, {}), "4096": (GPT3, {"nodes": 512, "dp": 32, "global_bat
 def child(size: str) -> None:
     """Run one size and print its figures as one JSON line (this process's own peak RSS)."""
     sys.path.insert(0, str(ROOT))
-    from sim.run import simulate
-    from sim.scenario_loader import load_scenario
+    from clustersim.sim.run import simulate
+    from clustersim.sim.scenario.loader import load_scenario
 
     start = time.perf_counter()
     path, change = SIZES[size]

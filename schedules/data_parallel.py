@@ -27,8 +27,8 @@ import functools
 import math
 from collections.abc import Callable
 
-from schedules.ir import Collective, Compute, Op, Program
-from schedules.layout import Layout
+from clustersim.schedules.ir import Collective, Compute, Op, Program
+from clustersim.schedules.layout import Layout
 
 ZERO_STAGES = (0, 1, 2, 3)
 DP_STREAM = "dp"

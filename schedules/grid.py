@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schedules.ir import Compute, Program
+from clustersim.schedules.ir import Compute, Program
 
 
 def compute_grid(program: Program) -> str:

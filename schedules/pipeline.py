@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schedules.ir import Compute, Op, Program, Recv, Send
+from clustersim.schedules.ir import Compute, Op, Program, Recv, Send
 
 Step = tuple[str, int, int]  # (phase "F"|"B", microbatch, global stage)
 RankOrder = dict[int, list[Step]]  # rank -> its compute order

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from schedules.ir import Collective, Compute, Op, Program
-from schedules.layout import Layout
+from clustersim.schedules.ir import Collective, Compute, Op, Program
+from clustersim.schedules.layout import Layout
 
 TP_STREAM = "tp"
 EP_STREAM = "ep"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
 
 
 class ProgramError(ValueError):

@@ -8,18 +8,18 @@ import signal
 import sys
 from pathlib import Path
 
-from schedules.grid import compute_grid, compute_order_json
-from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
-from schedules.validate import ProgramError
-from sim.scenario import ScenarioError, scenario_json_schema
-from sim.scenario_loader import load_scenario, load_scenarios
+from clustersim.schedules.grid import compute_grid, compute_order_json
+from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
+from clustersim.schedules.validate import ProgramError
+from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.loader import load_scenario, load_scenarios
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sim.memory import capacity_message
-    from sim.report import OUTPUT_FILES, terminal_summary, write_outputs
-    from sim.progress import op_progress
-    from sim.run import program_of, simulate
+    from clustersim.sim.cost.memory import capacity_message
+    from clustersim.sim.report import OUTPUT_FILES, terminal_summary, write_outputs
+    from clustersim.sim.progress import op_progress
+    from clustersim.sim.run import program_of, simulate
 
     scenario = load_scenario(args.scenario)
     program = program_of(scenario)
@@ -38,9 +38,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from sim.compare import OUTPUT_FILES, default_dir, write_compare
-    from sim.progress import op_progress
-    from sim.run import program_of, simulate
+    from clustersim.sim.compare import OUTPUT_FILES, default_dir, write_compare
+    from clustersim.sim.progress import op_progress
+    from clustersim.sim.run import program_of, simulate
 
     scenarios = [s for path in args.scenarios for s in load_scenarios(path)]  # every file checked before any run
     if len(scenarios) < 2:
@@ -79,11 +79,11 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _collective(args: argparse.Namespace) -> int:
-    from sim.collectives import CollectiveError
-    from sim.collectives.nccl_table import TYPE_BYTES, parse_sizes, sweep, table
-    from sim.collectives.ops import OPS, REDUCE_OPS
-    from sim.units import parse_bandwidth, parse_seconds
-    from topologies.spec import parse_spec
+    from clustersim.sim.collectives import CollectiveError
+    from clustersim.sim.collectives.nccl_table import TYPE_BYTES, parse_sizes, sweep, table
+    from clustersim.sim.collectives.ops import OPS, REDUCE_OPS
+    from clustersim.sim.scenario.units import parse_bandwidth, parse_seconds
+    from clustersim.topologies.spec import parse_spec
 
     def bad(flag: str, reason) -> ScenarioError:
         return ScenarioError("(command line)", flag, str(reason))
@@ -126,10 +126,10 @@ def _topology(args: argparse.Namespace) -> int:
     import re
     import tempfile
 
-    from sim.run import build_topology
-    from sim.topology_plot import draw_topology
-    from topologies.schema import NODE_KINDS
-    from topologies.spec import parse_spec
+    from clustersim.sim.run import build_topology
+    from clustersim.sim.views.topology import draw_topology
+    from clustersim.topologies.schema import NODE_KINDS
+    from clustersim.topologies.spec import parse_spec
 
     if Path(args.scenario).suffix in (".yaml", ".yml") or ":" not in args.scenario:
         scenario = load_scenario(args.scenario)

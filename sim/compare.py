@@ -36,11 +36,11 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Program, Recv, Send  # noqa: E402
-from sim.gantt import time_unit  # noqa: E402
-from sim.records import EventLog  # noqa: E402
-from sim.report import output_folder  # noqa: E402
-from sim.run import RunResult  # noqa: E402
+from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Program, Recv, Send  # noqa: E402
+from clustersim.sim.views.gantt import time_unit  # noqa: E402
+from clustersim.sim.engine.records import EventLog  # noqa: E402
+from clustersim.sim.report import output_folder  # noqa: E402
+from clustersim.sim.run import RunResult  # noqa: E402
 
 # Priority when several kinds are active on an idle rank: the fixed five first, then the
 # remaining collective kinds in schedules.ir order (each kept separate).

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sim.gantt import plot_gantt
-from sim.links_plot import plot_links
-from sim.memory import capacity_message
-from sim.memory_plot import plot_memory
-from sim.run import RunResult
-from sim.table import format_table
-from sim.trace import MAX_SPAN_EVENTS, write_trace
-from sim.traffic_plot import plot_traffic
+from clustersim.sim.views.gantt import plot_gantt
+from clustersim.sim.views.links import plot_links
+from clustersim.sim.cost.memory import capacity_message
+from clustersim.sim.views.memory import plot_memory
+from clustersim.sim.run import RunResult
+from clustersim.sim.results.table import format_table
+from clustersim.sim.results.trace import MAX_SPAN_EVENTS, write_trace
+from clustersim.sim.views.traffic import plot_traffic
 
 GANTT_MAX_RANKS = 32
 OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "traffic.png",

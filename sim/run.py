@@ -11,31 +11,32 @@ from dataclasses import dataclass
 import networkx as nx
 import simpy
 
-from schedules.ir import Compute, Program
-from schedules.data_parallel import add_data_parallel, bucket_sizes
-from schedules.layout import Layout
-from schedules.pipeline import build_program, rank_order, stage_ranks
-from schedules.tensor_parallel import add_tensor_parallel
-from schedules.validate import validate
-from sim import cost, metrics
-from sim.collectives.run import step_pairs
-from sim.engine import run_program
-from sim.links_plot import hottest_links
-from sim.network import Network
-from sim.memory import (MemoryTimeline, activation_bytes_per_layer, memory_peaks, memory_timeline, model_state_bytes,
+from clustersim.schedules.ir import Compute, Program
+from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
+from clustersim.schedules.layout import Layout
+from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
+from clustersim.schedules.tensor_parallel import add_tensor_parallel
+from clustersim.schedules.validate import validate
+from clustersim.sim.cost import compute as cost
+from clustersim.sim.results import metrics
+from clustersim.sim.collectives.run import step_pairs
+from clustersim.sim.engine.loop import run_program
+from clustersim.sim.results.links import hottest_links
+from clustersim.sim.network.network import Network
+from clustersim.sim.cost.memory import (MemoryTimeline, activation_bytes_per_layer, memory_peaks, memory_timeline, model_state_bytes,
                         ranks_over_capacity)
-from sim.numerics.data_parallel import DataParallelNumerics
-from sim.numerics.moe import MoEConfig
-from sim.numerics.pipeline import PipelineNumerics
-from sim.numerics.transformer import ShadowConfig
-from sim.records import EventLog
-from sim.scenario import Scenario
-from sim.shortcut import Shortcuts
-from sim.stage_costs import (alltoall_bytes, expert_bytes, partial_grad_params, stage_forward_flops, stage_layer_range,
+from clustersim.sim.numerics.data_parallel import DataParallelNumerics
+from clustersim.sim.numerics.moe import MoEConfig
+from clustersim.sim.numerics.pipeline import PipelineNumerics
+from clustersim.sim.numerics.transformer import ShadowConfig
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.scenario.schema import Scenario
+from clustersim.sim.scale.shortcut import Shortcuts
+from clustersim.sim.cost.stages import (alltoall_bytes, expert_bytes, partial_grad_params, stage_forward_flops, stage_layer_range,
                               stage_moe_layers, stage_params, tensor_parallel_item_flops, weight_bytes)
-from sim.stragglers import straggler_summary
-from sim.symmetry import Symmetry, image_spread_s
-from topologies.registry import TOPOLOGIES
+from clustersim.sim.results.stragglers import straggler_summary
+from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
+from clustersim.topologies.registry import TOPOLOGIES
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
     """The scenario's network graph: the registry's builder, given the keys its kind takes

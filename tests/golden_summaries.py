@@ -31,8 +31,8 @@ def reduced(scenario):
 
 def summaries(path: Path, full: bool) -> dict[str, dict]:
     """name -> summary.json contents (as JSON text reads back) of every scenario in the file."""
-    from sim.run import simulate
-    from sim.scenario_loader import load_scenarios
+    from clustersim.sim.run import simulate
+    from clustersim.sim.scenario.loader import load_scenarios
 
     out = {}
     for scenario in load_scenarios(path):

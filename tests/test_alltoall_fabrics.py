@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import simpy
 
-from sim.network import Network
-from topologies.fattree import fat_tree
-from topologies.routing import make_router
-from topologies.torus import torus
+from clustersim.sim.network.network import Network
+from clustersim.topologies.fattree import fat_tree
+from clustersim.topologies.routing import make_router
+from clustersim.topologies.torus import torus
 
 B, LAT, S = 100e9, 1e-6, 2**20  # torus link bandwidth, per-hop latency, bytes per ordered pair
 

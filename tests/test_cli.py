@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from clustersim.sim.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = (ROOT / "scenarios" / "quickstart.yaml").read_text()
@@ -99,7 +99,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case,
 def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(GOOD.replace("pp: 4 ", "pp: 0 "))
-    proc = subprocess.run([sys.executable, "-m", "sim.cli", "run", str(path), "-o", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "clustersim.sim.cli", "run", str(path), "-o", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr == f"clustersim: error: {path}: parallel.pp: must be > 0, got 0\n"

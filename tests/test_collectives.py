@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.collectives import ALGORITHMS, CollectiveError, auto_algorithm, resolve, time_collective
-from sim.collectives.fabric import describe
-from sim.collectives.nccl_table import BUSBW_FACTOR, parse_sizes, sweep
-from sim.collectives.ops import OPS
-from sim.collectives.ring import pipeline_slices
-from topologies.fattree import fat_tree
-from topologies.ring import ring
-from topologies.spec import parse_spec
-from topologies.switch import switch
+from clustersim.sim.cli import main
+from clustersim.sim.collectives import ALGORITHMS, CollectiveError, auto_algorithm, resolve, time_collective
+from clustersim.sim.collectives.fabric import describe
+from clustersim.sim.collectives.nccl_table import BUSBW_FACTOR, parse_sizes, sweep
+from clustersim.sim.collectives.ops import OPS
+from clustersim.sim.collectives.ring import pipeline_slices
+from clustersim.topologies.fattree import fat_tree
+from clustersim.topologies.ring import ring
+from clustersim.topologies.spec import parse_spec
+from clustersim.topologies.switch import switch
 
 B = 100e9    # bytes/s per link direction
 A = 1e-6     # seconds per link

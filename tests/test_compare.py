@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.compare import EXPOSED_KINDS, alltoall_busbw_GBps, message_departures, step_breakdown
-from sim.records import EventLog, Span
-from sim.run import simulate
-from sim.scenario_loader import load_scenario_text
+from clustersim.sim.cli import main
+from clustersim.sim.compare import EXPOSED_KINDS, alltoall_busbw_GBps, message_departures, step_breakdown
+from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.run import simulate
+from clustersim.sim.scenario.loader import load_scenario_text
 
 # 8 GPUs: pp 2 x dp 2 x tp 2 with sequence parallelism and ZeRO-1, so p2p, all-reduce,
 # reduce-scatter and all-gather all happen; the same job on a switch and on a slower ring.

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from sim import cost
-from sim.numerics.moe import moe_param_shapes
-from sim.presets import MODELS, ModelSpec, MoESpec
+from clustersim.sim.cost import compute as cost
+from clustersim.sim.numerics.moe import moe_param_shapes
+from clustersim.sim.scenario.presets import MODELS, ModelSpec, MoESpec
 
 DENSE = sorted(name for name, spec in MODELS.items() if spec.moe is None)
 MOE = sorted(name for name, spec in MODELS.items() if spec.moe is not None)

@@ -6,14 +6,14 @@ import dataclasses
 import pytest
 import simpy
 
-from schedules.data_parallel import add_data_parallel, bucket_sizes
-from schedules.ir import Collective, Program
-from schedules.layout import Layout
-from schedules.pipeline import build_program, rank_order, stage_ranks
-from schedules.validate import ProgramError, validate
-from sim.engine import run_program
-from sim.network import Network
-from topologies.switch import switch
+from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
+from clustersim.schedules.ir import Collective, Program
+from clustersim.schedules.layout import Layout
+from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
+from clustersim.schedules.validate import ProgramError, validate
+from clustersim.sim.engine.loop import run_program
+from clustersim.sim.network.network import Network
+from clustersim.topologies.switch import switch
 
 WEIGHT_BYTES = 400e6  # 16-bit weights (= gradients) of one stage on one rank
 
@@ -80,8 +80,8 @@ def test_validator_rejects_a_member_that_never_joins():
 
 
 def numerics_run(dp: int, pp: int, zero: int, m: int, buckets: int = 3, optimizer: str = "adam") -> dict:
-    from sim.numerics.data_parallel import DataParallelNumerics
-    from sim.numerics.transformer import ShadowConfig
+    from clustersim.sim.numerics.data_parallel import DataParallelNumerics
+    from clustersim.sim.numerics.transformer import ShadowConfig
     cfg = ShadowConfig(layers=2 * pp, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
     layout = Layout(dp=dp, pp=pp, tp=1)
     program = dp_program(dp, pp, zero, m=m, bucket_bytes=WEIGHT_BYTES / buckets)
@@ -104,7 +104,7 @@ def test_data_parallel_step_matches_one_device_on_the_global_batch(dp, pp, zero)
 
 def test_a_wrong_shard_is_caught():
     """Give the optimizer step the wrong chunk: the comparison with one device must fail."""
-    from sim.numerics import data_parallel
+    from clustersim.sim.numerics import data_parallel
     original = data_parallel.DataParallelNumerics._chunk
 
     def shifted(self, rank, lo, hi):
@@ -122,5 +122,5 @@ def test_a_wrong_shard_is_caught():
 def test_a_nan_weight_is_an_infinite_error():
     import numpy as np
 
-    from sim.numerics.pipeline import max_errors
+    from clustersim.sim.numerics.pipeline import max_errors
     assert max_errors({"w": np.array([np.nan, 1.0])}, {"w": np.array([1.0, 1.0])}) == (np.inf, np.inf)

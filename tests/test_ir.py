@@ -2,8 +2,8 @@
 
 import pytest
 
-from schedules.ir import Collective, Compute, Recv, Send, format_op, parse_op, parse_program
-from schedules.pipeline import build_program, rank_order
+from clustersim.schedules.ir import Collective, Compute, Recv, Send, format_op, parse_op, parse_program
+from clustersim.schedules.pipeline import build_program, rank_order
 
 
 @pytest.mark.parametrize("op", [

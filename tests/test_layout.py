@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from schedules.layout import Layout
+from clustersim.schedules.layout import Layout
 
 
 def test_default_order_keeps_tensor_parallel_ranks_consecutive():

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.maxmin import concat_ranges, fill, link_csr, max_min_rates, rates_that_survive
+from clustersim.sim.network.maxmin import concat_ranges, fill, link_csr, max_min_rates, rates_that_survive
 
 
 def rates_for(paths: list[list[int]], capacity: list[float]) -> np.ndarray:
@@ -82,7 +82,7 @@ def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
 
 
 def test_component_follows_shared_links_transitively():
-    from sim.flows import ActiveFlows
+    from clustersim.sim.network.flows import ActiveFlows
     flows = ActiveFlows(np.ones(5))
     paths = [[0, 1], [1, 2], [3], [2, 4]]  # 0-1 share link 1, 1-3 share link 2; flow 2 stands alone
     ptr = np.zeros(5, dtype=np.int64)

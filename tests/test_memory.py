@@ -8,9 +8,9 @@ import json
 import pytest
 import simpy
 
-from schedules.pipeline import build_program, rank_order, stage_ranks
-from sim.engine import run_program
-from sim.memory import (
+from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
+from clustersim.sim.engine.loop import run_program
+from clustersim.sim.cost.memory import (
     CATEGORIES,
     activation_bytes_per_layer,
     capacity_message,
@@ -19,11 +19,11 @@ from sim.memory import (
     model_state_bytes,
     ranks_over_capacity,
 )
-from sim.memory_plot import plot_memory, worst_ranks
-from sim.metrics import peak_inflight_microbatches_per_rank
-from sim.network import Network
-from sim.records import EventLog, Span
-from topologies.switch import switch
+from clustersim.sim.views.memory import plot_memory, worst_ranks
+from clustersim.sim.results.metrics import peak_inflight_microbatches_per_rank
+from clustersim.sim.network.network import Network
+from clustersim.sim.engine.records import EventLog, Span
+from clustersim.topologies.switch import switch
 
 GB = 1e9  # the ZeRO paper's GB is decimal
 

@@ -5,8 +5,8 @@ import numpy as np
 from finite_differences import central_difference
 import pytest
 
-from sim.collectives.ops import Pieces
-from sim.numerics.moe import (ExpertParallelMoE, MoEConfig, init_moe_params, moe_backward, moe_forward,
+from clustersim.sim.collectives.ops import Pieces
+from clustersim.sim.numerics.moe import (ExpertParallelMoE, MoEConfig, init_moe_params, moe_backward, moe_forward,
                               route, traffic_matrix)
 
 NAME = "moe"

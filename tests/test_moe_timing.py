@@ -5,10 +5,10 @@ so every rank sends (ep - 1)/ep of its routed rows."""
 
 import pytest
 
-from schedules.ir import Collective
-from sim.collectives.run import time_collective
-from sim.run import make_program, simulate
-from sim.scenario_loader import load_scenario_text
+from clustersim.schedules.ir import Collective
+from clustersim.sim.collectives.run import time_collective
+from clustersim.sim.run import make_program, simulate
+from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """
 name: moe

@@ -6,10 +6,10 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.links_plot import utilisation_matrix
-from sim.network import Network
+from clustersim.sim.results.links import utilisation_matrix
+from clustersim.sim.network.network import Network
 from transfers import landing_times
-from topologies.switch import switch
+from clustersim.topologies.switch import switch
 
 B, LAT = 100e9, 1e-6  # link bandwidth (B/s per direction) and per-link latency
 
@@ -98,8 +98,8 @@ def traffic(draw):
 @settings(max_examples=60, deadline=None)
 @given(traffic(), st.sampled_from(["ring", "switch", "fattree"]))
 def test_every_reshare_is_max_min_fair(case, kind):
-    from topologies.fattree import fat_tree
-    from topologies.ring import ring
+    from clustersim.topologies.fattree import fat_tree
+    from clustersim.topologies.ring import ring
     n, messages = case
     graph = {"ring": lambda: ring(n, B, LAT), "switch": lambda: switch(n, B, LAT),
              "fattree": lambda: fat_tree(n, 1, leaf_radix=2, latency_s=LAT)}[kind]()

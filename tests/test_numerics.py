@@ -3,17 +3,17 @@
 import math
 from types import SimpleNamespace
 
-from schedules.ir import Compute
+from clustersim.schedules.ir import Compute
 
 import numpy as np
 from finite_differences import central_difference
 import pytest
 
-from sim.numerics.optim import SGD, Adam, make_optimizer
-from sim.numerics.pipeline import PipelineNumerics
-from sim.numerics.stages import StageModel, stage_param_names
-from sim.numerics.layers import gelu
-from sim.numerics.transformer import (ShadowConfig, init_params, loss_and_grads, model_backward,
+from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
+from clustersim.sim.numerics.pipeline import PipelineNumerics
+from clustersim.sim.numerics.stages import StageModel, stage_param_names
+from clustersim.sim.numerics.layers import gelu
+from clustersim.sim.numerics.transformer import (ShadowConfig, init_params, loss_and_grads, model_backward,
                                       model_forward, param_shapes)
 
 SMALL = ShadowConfig(layers=2, hidden=8, heads=2, ffn=12, seq_len=5, vocab=7)
@@ -258,7 +258,7 @@ def test_same_seed_is_bit_identical_and_other_seeds_differ():
 
 
 def test_full_recompute_keeps_only_the_input_and_gives_the_same_gradients():
-    from sim.numerics.pipeline import make_batch
+    from clustersim.sim.numerics.pipeline import make_batch
     cfg = ShadowConfig(layers=2, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
     params = init_params(cfg, 0)
     tokens, targets = make_batch(cfg, 0, 2)

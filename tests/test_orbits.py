@@ -8,13 +8,13 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedules.layout import Layout
-from sim.collectives.run import step_pairs
-from sim.few_flows import FewFlows
-from sim.flows import ActiveFlows
-from sim.network import Network
-from sim.symmetry import Symmetry
-from topologies.fattree import fat_tree
+from clustersim.schedules.layout import Layout
+from clustersim.sim.collectives.run import step_pairs
+from clustersim.sim.network.few_flows import FewFlows
+from clustersim.sim.network.flows import ActiveFlows
+from clustersim.sim.network.network import Network
+from clustersim.sim.scale.symmetry import Symmetry
+from clustersim.topologies.fattree import fat_tree
 from transfers import landing_times
 
 NODES, PER_NODE = 4, 4
@@ -138,7 +138,7 @@ def test_a_path_that_crosses_a_link_twice_counts_twice_on_it():
 def test_a_group_a_shift_maps_onto_itself_keeps_the_shift_only_if_its_steps_are_whole_orbits():
     """dp 4 x tp 4 on a switch: a ring over the four replicas is turned onto itself by the replica
     shifts; halving-doubling is not (0 <-> 1 turned by one is 1 <-> 2), so those shifts go."""
-    from topologies.switch import switch
+    from clustersim.topologies.switch import switch
     symmetry = Symmetry(Layout(dp=4, pp=1, tp=4))
     g = switch(16, 100e9, 1e-6)
     group = tuple(int(r) for r in Layout(dp=4, pp=1, tp=4).grid[:, 0, 0])
@@ -153,7 +153,7 @@ def test_a_group_a_shift_maps_onto_itself_keeps_the_shift_only_if_its_steps_are_
 def test_past_the_listing_limit_orbit_messages_are_summed_by_pair_and_stream(monkeypatch):
     """A huge run's flow table sums its orbits' messages per (src, dst, stream): the bytes each
     pair sent per stream are the listed ones; the timeline kept for the hottest links is theirs."""
-    import sim.ledger as ledger_module
+    import clustersim.sim.network.ledger as ledger_module
     image = shifts(2, PER_NODE)
     transfers = [(t, *(image[:, [s]].ravel(), image[:, [d]].ravel()), nbytes)
                  for t, s, d, nbytes in [(0.0, 0, 5, 3e6), (1e-5, 1, 9, 2e6), (2e-5, 0, 5, 1e6)]]

@@ -9,13 +9,13 @@ import itertools
 import numpy as np
 import pytest
 
-from schedules.ir import Compute
-from schedules.tensor_parallel import tp_stage_plan
-from sim.numerics.moe import experts_of_rank
-from sim.report import terminal_summary
-from sim.run import simulate
-from sim.stage_costs import stage_moe_layers
-from sim.scenario_loader import load_scenario_text
+from clustersim.schedules.ir import Compute
+from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.sim.numerics.moe import experts_of_rank
+from clustersim.sim.report import terminal_summary
+from clustersim.sim.run import simulate
+from clustersim.sim.cost.stages import stage_moe_layers
+from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """
 name: toolbox

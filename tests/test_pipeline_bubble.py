@@ -5,12 +5,12 @@ import itertools
 import pytest
 import simpy
 
-from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
-from schedules.validate import validate
-from sim.engine import run_program
-from sim.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
-from sim.network import Network
-from topologies.switch import switch
+from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
+from clustersim.schedules.validate import validate
+from clustersim.sim.engine.loop import run_program
+from clustersim.sim.results.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
+from clustersim.sim.network.network import Network
+from clustersim.topologies.switch import switch
 
 FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
 
@@ -69,8 +69,8 @@ def test_1f1b_holds_p_minus_r_in_flight(p, m):
 def test_engine_raises_on_deadlock_naming_what_each_stream_waits_for():
     """A cycle the validator would reject, run anyway: the engine must not end early with a
     short makespan; it names the blocked streams."""
-    from schedules.ir import Compute, Program, Recv, Send
-    from sim.engine import DeadlockError
+    from clustersim.schedules.ir import Compute, Program, Recv, Send
+    from clustersim.sim.engine.loop import DeadlockError
     ops = {0: [Recv(1, ("B", 0, 1), 0.0), Compute("F", 0, 0, 1.0, deps=("RECV B0@1",)),
                Send(1, ("F", 0, 0), 0.0, deps=("F0@0",))],
            1: [Recv(0, ("F", 0, 0), 0.0), Compute("B", 0, 1, 1.0, deps=("RECV F0@0",)),
@@ -90,7 +90,7 @@ def test_interleaved_holds_its_warmup_plus_one_chunks_in_flight(p, v, m):
 
 
 def test_progress_hook_counts_every_op_up_to_the_total():
-    import sim.engine as engine
+    import clustersim.sim.engine.loop as engine
     program = build_program(rank_order("1f1b", 4, 64), 64, stage_ranks(4), 0.0,
                             forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0)
     seen = []

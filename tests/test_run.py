@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from schedules.ir import Send
-from sim.cli import main
-from sim.run import simulate
-from sim.stage_costs import stage_params
-from sim.scenario_loader import load_scenario_text
+from clustersim.schedules.ir import Send
+from clustersim.sim.cli import main
+from clustersim.sim.run import simulate
+from clustersim.sim.cost.stages import stage_params
+from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """
 name: e2e

@@ -12,10 +12,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.hardware import GPUS
-from sim.presets import MODELS, MoESpec
-from sim.scenario import Scenario, ScenarioError, scenario_json_schema
-from sim.scenario_loader import load_scenario, load_scenario_text, load_scenarios, load_variants_text
+from clustersim.sim.scenario.hardware import GPUS
+from clustersim.sim.scenario.presets import MODELS, MoESpec
+from clustersim.sim.scenario.schema import Scenario, ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.loader import load_scenario, load_scenario_text, load_scenarios, load_variants_text
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"

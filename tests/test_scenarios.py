@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.run import make_program, simulate, symmetry_of
-from sim.scenario_loader import load_scenarios
+from clustersim.sim.run import make_program, simulate, symmetry_of
+from clustersim.sim.scenario.loader import load_scenarios
 
 BENCH_ONLY_GPUS = 1024  # above this a scenario is only built here
 

@@ -5,10 +5,10 @@ scenarios (64-128 GPUs; dense and MoE; fat trees and a torus) where the shortcut
 import numpy as np
 import pytest
 
-from sim.links_plot import hottest_links, utilisation_matrix
-from sim.report import terminal_summary
-from sim.run import simulate, symmetry_of
-from sim.scenario_loader import load_scenario_text
+from clustersim.sim.results.links import hottest_links, utilisation_matrix
+from clustersim.sim.report import terminal_summary
+from clustersim.sim.run import simulate, symmetry_of
+from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """
 name: shortcut

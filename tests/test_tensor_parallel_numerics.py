@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from schedules.tensor_parallel import tp_stage_plan
-from sim.collectives.ops import reference
-from sim.numerics.pipeline import max_errors
-from sim.numerics.stages import StageModel, stage_param_names
-from sim.numerics.sharding import shard_params, unshard_params
-from sim.numerics.tensor_parallel import TensorParallelStage
-from sim.numerics.transformer import ShadowConfig, init_params, param_shapes
+from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.sim.collectives.ops import reference
+from clustersim.sim.numerics.pipeline import max_errors
+from clustersim.sim.numerics.stages import StageModel, stage_param_names
+from clustersim.sim.numerics.sharding import shard_params, unshard_params
+from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
+from clustersim.sim.numerics.transformer import ShadowConfig, init_params, param_shapes
 
 CFG = ShadowConfig(layers=2, hidden=16, heads=4, ffn=32, seq_len=8, vocab=24)
 BATCH, MICROBATCHES = 2, 2

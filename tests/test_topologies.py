@@ -10,19 +10,19 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.run import build_topology
-from sim.scenario import ScenarioError
-from sim.scenario_loader import load_scenario_text
-from sim.topology_plot import draw_topology
-from topologies.fattree import CX7_BANDWIDTH_Bps, NVLINK4_BANDWIDTH_Bps, dgx_node, fat_tree
-from topologies.registry import TOPOLOGIES
-from topologies.ring import ring
-from topologies.routing import (DimensionOrderRouter, EcmpRouter, ShortestPathRouter, flow_hash, make_router)
-from topologies.schema import BANDWIDTH, KIND, check_schema, gpu_nodes
-from topologies.spec import parse_spec
-from topologies.switch import switch
-from topologies.torus import check_axes, mesh, torus
+from clustersim.sim.cli import main
+from clustersim.sim.run import build_topology
+from clustersim.sim.scenario.schema import ScenarioError
+from clustersim.sim.scenario.loader import load_scenario_text
+from clustersim.sim.views.topology import draw_topology
+from clustersim.topologies.fattree import CX7_BANDWIDTH_Bps, NVLINK4_BANDWIDTH_Bps, dgx_node, fat_tree
+from clustersim.topologies.registry import TOPOLOGIES
+from clustersim.topologies.ring import ring
+from clustersim.topologies.routing import (DimensionOrderRouter, EcmpRouter, ShortestPathRouter, flow_hash, make_router)
+from clustersim.topologies.schema import BANDWIDTH, KIND, check_schema, gpu_nodes
+from clustersim.topologies.spec import parse_spec
+from clustersim.topologies.switch import switch
+from clustersim.topologies.torus import check_axes, mesh, torus
 
 BW, LAT = 100e9, 1e-6
 

@@ -7,14 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from sim.cli import main
-from sim.compare import step_breakdown
-from sim.metrics import alltoall_time_share, traffic_matrix_bytes
-from sim.records import EventLog, FlowSpan, Span
-from sim.report import OUTPUT_FILES, terminal_summary
-from sim.run import simulate
-from sim.scenario_loader import load_scenario_text
-from sim.traffic_plot import traffic_panels
+from clustersim.sim.cli import main
+from clustersim.sim.compare import step_breakdown
+from clustersim.sim.results.metrics import alltoall_time_share, traffic_matrix_bytes
+from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.network.records import FlowSpan
+from clustersim.sim.report import OUTPUT_FILES, terminal_summary
+from clustersim.sim.run import simulate
+from clustersim.sim.scenario.loader import load_scenario_text
+from clustersim.sim.views.traffic import traffic_panels
 
 # 8 GPUs, dp 8 split into expert-parallel groups of `ep` consecutive ranks; tokens routed evenly.
 MOE = """\
@@ -151,7 +152,7 @@ def test_dense_run_has_no_alltoall_share_and_still_writes_traffic_png(tmp_path, 
 
 
 def test_traffic_matrix_is_left_out_of_the_summary_above_64_gpus(monkeypatch):
-    import sim.run
-    monkeypatch.setattr(sim.run, "TRAFFIC_MATRIX_MAX_GPUS", 4)
+    import clustersim.sim.run as run_module
+    monkeypatch.setattr(run_module, "TRAFFIC_MATRIX_MAX_GPUS", 4)
     summary = moe_run(ep=2).summary
     assert summary["alltoall_traffic_matrix_bytes"] is None and summary["alltoall_bytes_total"] > 0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.units import (
+from clustersim.sim.scenario.units import (
     format_bytes,
     parse_bandwidth,
     parse_bytes,

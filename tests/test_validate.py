@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from schedules.ir import Compute, Recv, Send
-from schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
-from schedules.validate import ProgramError, validate
+from clustersim.schedules.ir import Compute, Recv, Send
+from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
+from clustersim.schedules.validate import ProgramError, validate
 
 
 def program(kind="1f1b", p=4, m=4, v=1):

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from sim.gantt import lane_layout, plot_gantt, time_unit
-from sim.records import EventLog, FlowSpan, Span
-from sim.table import format_table
-from sim.trace import chrome_trace, rank_pid, write_trace
+from clustersim.sim.views.gantt import lane_layout, plot_gantt, time_unit
+from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.network.records import FlowSpan
+from clustersim.sim.results.table import format_table
+from clustersim.sim.results.trace import chrome_trace, rank_pid, write_trace
 
 MS = 1e-3
 
@@ -168,7 +169,7 @@ def test_format_table_aligns_numbers_right_and_text_left():
 
 
 def test_trace_leaves_out_the_network_when_it_would_swamp_the_trace(monkeypatch):
-    import sim.trace as trace
+    import clustersim.sim.results.trace as trace
     log = small_log()
     monkeypatch.setattr(trace, "MAX_FLOW_EVENTS", 0)
     events = chrome_trace(log)["traceEvents"]

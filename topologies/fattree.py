@@ -46,7 +46,7 @@ import math
 
 import networkx as nx
 
-from topologies.schema import GPU_INDEX, KIND, ROUTING, TOPOLOGY, add_duplex_link
+from clustersim.topologies.schema import GPU_INDEX, KIND, ROUTING, TOPOLOGY, add_duplex_link
 
 NVLINK4_BANDWIDTH_Bps = 450e9
 CX7_BANDWIDTH_Bps = 400e9 / 8

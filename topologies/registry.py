@@ -10,10 +10,10 @@ Builders take different arguments (sim.run.build_topology maps a scenario onto t
 
 from __future__ import annotations
 
-from topologies.fattree import dgx_node, fat_tree
-from topologies.ring import ring
-from topologies.switch import switch
-from topologies.torus import mesh, torus
+from clustersim.topologies.fattree import dgx_node, fat_tree
+from clustersim.topologies.ring import ring
+from clustersim.topologies.switch import switch
+from clustersim.topologies.torus import mesh, torus
 
 TOPOLOGIES = {
     "switch": switch,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import networkx as nx
 
-from topologies.schema import TOPOLOGY
-from topologies.torus import torus
+from clustersim.topologies.schema import TOPOLOGY
+from clustersim.topologies.torus import torus
 
 
 def ring(num_gpus: int, bandwidth_Bps: float, latency_s: float) -> nx.DiGraph:

@@ -21,8 +21,8 @@ from typing import Protocol
 import networkx as nx
 import numpy as np
 
-from topologies import fattree as ft
-from topologies.schema import AXES, ROUTING, WRAP, gpu_nodes
+from clustersim.topologies import fattree as ft
+from clustersim.topologies.schema import AXES, ROUTING, WRAP, gpu_nodes
 
 
 class Router(Protocol):

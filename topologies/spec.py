@@ -21,9 +21,9 @@ import re
 
 import networkx as nx
 
-from topologies.fattree import HOP_LATENCY_s, fat_tree
-from topologies.registry import TOPOLOGIES
-from topologies.schema import check_schema
+from clustersim.topologies.fattree import HOP_LATENCY_s, fat_tree
+from clustersim.topologies.registry import TOPOLOGIES
+from clustersim.topologies.schema import check_schema
 
 # An assumption for specs without a preset (ring, switch, torus, mesh): round numbers, no product.
 DEFAULT_BANDWIDTH_Bps = 100e9

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from topologies.schema import GPU_INDEX, KIND, add_duplex_link
+from clustersim.topologies.schema import GPU_INDEX, KIND, add_duplex_link
 
 
 def switch(num_gpus: int, bandwidth_Bps: float, latency_s: float, switch_kind: str = "nvswitch") -> nx.DiGraph:

@@ -21,7 +21,7 @@ import math
 import networkx as nx
 import numpy as np
 
-from topologies.schema import AXES, GPU_INDEX, KIND, ROUTING, TOPOLOGY, WRAP, add_duplex_link
+from clustersim.topologies.schema import AXES, GPU_INDEX, KIND, ROUTING, TOPOLOGY, WRAP, add_duplex_link
 
 MAX_AXES = 3
 

@@ -6,8 +6,8 @@ torus.py (the algorithms, each with its alpha-beta cost), registry.py (ALGORITHM
 rule), run.py (driving steps on a Network), nccl_table.py (nccl-tests-style results).
 """
 
-from sim.collectives.registry import ALGORITHMS, auto_algorithm
-from sim.collectives.run import resolve, run_collective, time_collective
-from sim.collectives.steps import CollectiveError
+from clustersim.sim.collectives.registry import ALGORITHMS, auto_algorithm
+from clustersim.sim.collectives.run import resolve, run_collective, time_collective
+from clustersim.sim.collectives.steps import CollectiveError
 
 __all__ = ["ALGORITHMS", "CollectiveError", "auto_algorithm", "resolve", "run_collective", "time_collective"]

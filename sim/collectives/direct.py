@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from sim.collectives.steps import Plan, Step, StepBuilder
+from clustersim.sim.collectives.steps import Plan, Step, StepBuilder
 
 
 def _others(plan: Plan, r: int) -> list[int]:

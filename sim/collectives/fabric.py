@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from topologies.fattree import GPUS_PER_NODE
-from topologies.schema import AXES, TOPOLOGY, WRAP, gpu_nodes
+from clustersim.topologies.fattree import GPUS_PER_NODE
+from clustersim.topologies.schema import AXES, TOPOLOGY, WRAP, gpu_nodes
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from sim.collectives.steps import Plan, Step, StepBuilder, is_power_of_two, require
+from clustersim.sim.collectives.steps import Plan, Step, StepBuilder, is_power_of_two, require
 
 
 def _check(plan: Plan) -> None:

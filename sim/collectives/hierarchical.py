@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from sim.collectives.ring import ring_all_gather, ring_reduce_scatter
-from sim.collectives.steps import Plan, Step, require
+from clustersim.sim.collectives.ring import ring_all_gather, ring_reduce_scatter
+from clustersim.sim.collectives.steps import Plan, Step, require
 
 
 def all_reduce(plan: Plan) -> Iterator[Step]:

@@ -22,11 +22,11 @@ import math
 import networkx as nx
 import numpy as np
 
-from sim.collectives.ops import REDUCING, ROOTED, reference
-from sim.collectives.run import resolve, time_collective
-from sim.table import format_table
-from sim.units import parse_bytes
-from topologies.schema import gpu_nodes
+from clustersim.sim.collectives.ops import REDUCING, ROOTED, reference
+from clustersim.sim.collectives.run import resolve, time_collective
+from clustersim.sim.results.table import format_table
+from clustersim.sim.scenario.units import parse_bytes
+from clustersim.topologies.schema import gpu_nodes
 
 BUSBW_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,

@@ -29,7 +29,7 @@ import numpy as np
 
 from typing import NamedTuple
 
-from sim.collectives.steps import CollectiveError, Plan, split_bounds
+from clustersim.sim.collectives.steps import CollectiveError, Plan, split_bounds
 
 class Pieces(NamedTuple):
     """One rank's all_to_all input cut unevenly, as its owner knows it: counts[j] elements of

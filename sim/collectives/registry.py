@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from sim.collectives import direct, halving_doubling, hierarchical, ring, torus, tree
-from sim.collectives.fabric import Fabric, node_groups, spans_nodes, torus_dims
-from sim.collectives.ops import OPS
-from sim.collectives.steps import CollectiveError, Plan, Step, is_power_of_two
+from clustersim.sim.collectives import direct, halving_doubling, hierarchical, ring, torus, tree
+from clustersim.sim.collectives.fabric import Fabric, node_groups, spans_nodes, torus_dims
+from clustersim.sim.collectives.ops import OPS
+from clustersim.sim.collectives.steps import CollectiveError, Plan, Step, is_power_of_two
 
 Algorithm = Callable[[Plan], Iterator[Step]]
 

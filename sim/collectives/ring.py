@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from sim.collectives.steps import Plan, Selection, Step, StepBuilder
+from clustersim.sim.collectives.steps import Plan, Selection, Step, StepBuilder
 
 Piece = tuple[Selection, float]  # (elements in the small buffer, real bytes)
 

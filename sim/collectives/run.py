@@ -20,11 +20,11 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from sim.collectives.fabric import describe, node_groups, torus_dims
-from sim.collectives.ops import REDUCE_OPS, ROOTED, prepare, results
-from sim.collectives.registry import algorithm
-from sim.collectives.steps import CollectiveError
-from sim.network import Network
+from clustersim.sim.collectives.fabric import describe, node_groups, torus_dims
+from clustersim.sim.collectives.ops import REDUCE_OPS, ROOTED, prepare, results
+from clustersim.sim.collectives.registry import algorithm
+from clustersim.sim.collectives.steps import CollectiveError
+from clustersim.sim.network.network import Network
 
 
 def _check_group(group: Iterable[int], num_gpus: int | None) -> list[int]:

@@ -34,8 +34,8 @@ from typing import Iterator
 
 import numpy as np
 
-from sim.collectives.ring import Piece, ring_all_gather, ring_reduce_scatter
-from sim.collectives.steps import Plan, Step, require, split_bounds
+from clustersim.sim.collectives.ring import Piece, ring_all_gather, ring_reduce_scatter
+from clustersim.sim.collectives.steps import Plan, Step, require, split_bounds
 
 
 def _lines(dims: tuple[int, ...], axis: int) -> list[list[int]]:

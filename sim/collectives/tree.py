@@ -27,7 +27,7 @@ from typing import Iterator
 
 import numpy as np
 
-from sim.collectives.steps import Plan, Selection, Step, StepBuilder
+from clustersim.sim.collectives.steps import Plan, Selection, Step, StepBuilder
 
 
 def _depth(n: int) -> int:

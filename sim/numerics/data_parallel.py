@@ -29,14 +29,14 @@ import re
 
 import numpy as np
 
-from sim.numerics.moe import experts_of_rank, routing_summary
-from sim.numerics.optim import make_optimizer
-from sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
-from sim.numerics.reference import reference_step
-from schedules.tensor_parallel import EP_STREAM, TP_STREAM
-from sim.collectives.steps import split_bounds
-from sim.numerics.sharding import is_sharded, unshard_params
-from sim.numerics.transformer import ShadowConfig, init_params
+from clustersim.sim.numerics.moe import experts_of_rank, routing_summary
+from clustersim.sim.numerics.optim import make_optimizer
+from clustersim.sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
+from clustersim.sim.numerics.reference import reference_step
+from clustersim.schedules.tensor_parallel import EP_STREAM, TP_STREAM
+from clustersim.sim.collectives.steps import split_bounds
+from clustersim.sim.numerics.sharding import is_sharded, unshard_params
+from clustersim.sim.numerics.transformer import ShadowConfig, init_params
 
 _TAG = re.compile(r"(?P<what>e?grads|e?params)@(?P<stage>\d+)\.t\d+(?:\.r\d+)?\.(?:b(?P<bucket>\d+)|(?P<op>.+))$")
 

@@ -31,8 +31,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.collectives.ops import Pieces
-from sim.numerics.layers import INIT_STD, mlp_backward, mlp_forward
+from clustersim.sim.collectives.ops import Pieces
+from clustersim.sim.numerics.layers import INIT_STD, mlp_backward, mlp_forward
 
 MLP_PARAMS = ("fc.w", "fc.b", "proj.w", "proj.b")
 

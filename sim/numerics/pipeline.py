@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.numerics.moe import routing_summary
-from sim.numerics.optim import make_optimizer
-from sim.numerics.reference import reference_step
-from sim.numerics.stages import StageModel
-from sim.numerics.tensor_parallel import TensorParallelStage
-from sim.numerics.transformer import ShadowConfig, init_params
+from clustersim.sim.numerics.moe import routing_summary
+from clustersim.sim.numerics.optim import make_optimizer
+from clustersim.sim.numerics.reference import reference_step
+from clustersim.sim.numerics.stages import StageModel
+from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
+from clustersim.sim.numerics.transformer import ShadowConfig, init_params
 
 DATA_STREAM = 1  # data come from default_rng([seed, DATA_STREAM]); parameters from default_rng(seed)
 

@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.numerics.optim import make_optimizer
-from sim.numerics.moe import Routing
-from sim.numerics.transformer import ShadowConfig, model_backward, model_forward, moe_routings
+from clustersim.sim.numerics.optim import make_optimizer
+from clustersim.sim.numerics.moe import Routing
+from clustersim.sim.numerics.transformer import ShadowConfig, model_backward, model_forward, moe_routings
 
 
 class ReferenceResult(NamedTuple):

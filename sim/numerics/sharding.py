@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.numerics.transformer import ShadowConfig
+from clustersim.sim.numerics.transformer import ShadowConfig
 
 # parameter kind -> (dim cut into t pieces, blocks cut alike); rank k keeps piece k of each block
 SHARDED = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.numerics.transformer import ShadowConfig, layer_param_shapes, model_backward, model_forward
+from clustersim.sim.numerics.transformer import ShadowConfig, layer_param_shapes, model_backward, model_forward
 
 EMBED_PARAMS = ("embed.tok", "embed.pos")
 HEAD_PARAMS = ("final_ln.g", "final_ln.b", "head.w")

@@ -31,11 +31,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.numerics.sharding import is_sharded, shard_params
-from sim.numerics.stages import StageChecks, stage_layers, stage_param_names
-from sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
-from sim.numerics.moe import ExpertParallelMoE, experts_of_rank, moe_backward, moe_forward
-from sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
+from clustersim.sim.numerics.sharding import is_sharded, shard_params
+from clustersim.sim.numerics.stages import StageChecks, stage_layers, stage_param_names
+from clustersim.sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
+from clustersim.sim.numerics.moe import ExpertParallelMoE, experts_of_rank, moe_backward, moe_forward
+from clustersim.sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
                                       layernorm_backward, layernorm_forward)
 
 # ---- sequence layout --------------------------------------------------

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.numerics.layers import INIT_STD, linear_backward, linear_forward, mlp_backward, mlp_forward
-from sim.numerics.moe import MoEConfig, moe_backward, moe_forward, moe_param_shapes
+from clustersim.sim.numerics.layers import INIT_STD, linear_backward, linear_forward, mlp_backward, mlp_forward
+from clustersim.sim.numerics.moe import MoEConfig, moe_backward, moe_forward, moe_param_shapes
 
 LN_EPS = 1e-5
 

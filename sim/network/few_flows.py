@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.maxmin import TIE
+from clustersim.sim.network.maxmin import TIE
 
 SURVIVE = 1 - 1e-9  # maxmin.rates_that_survive's margin below the slowest leaver's rate
 

@@ -21,11 +21,11 @@ from collections import defaultdict
 import numpy as np
 import simpy
 
-from schedules.ir import Collective, Program, Send
-from sim.collectives.run import message_pairs, run_collective, run_images
-from sim.ledger import Recording
-from sim.network import Network
-from sim.symmetry import Symmetry
+from clustersim.schedules.ir import Collective, Program, Send
+from clustersim.sim.collectives.run import message_pairs, run_collective, run_images
+from clustersim.sim.network.ledger import Recording
+from clustersim.sim.network.network import Network
+from clustersim.sim.scale.symmetry import Symmetry
 
 
 class Shortcuts:

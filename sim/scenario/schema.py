@@ -23,13 +23,13 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic import WithJsonSchema
 from pydantic import field_validator, model_validator
 
-from schedules.pipeline import SCHEDULES
-from sim import units
-from sim.hardware import GPUS, GpuSpec
-from sim.memory import RECOMPUTE_MODES
-from sim.presets import MODELS, ModelSpec, MoESpec
-from topologies import fattree
-from topologies.registry import TOPOLOGIES
+from clustersim.schedules.pipeline import SCHEDULES
+from clustersim.sim.scenario import units
+from clustersim.sim.scenario.hardware import GPUS, GpuSpec
+from clustersim.sim.cost.memory import RECOMPUTE_MODES
+from clustersim.sim.scenario.presets import MODELS, ModelSpec, MoESpec
+from clustersim.topologies import fattree
+from clustersim.topologies.registry import TOPOLOGIES
 
 TOPOLOGY_KINDS = tuple(TOPOLOGIES)
 SCHEDULE_NAMES = tuple(SCHEDULES)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from sim.records import EventLog
+from clustersim.sim.engine.records import EventLog
 
 TIE_S = 1e-12  # arrivals closer than this count as together: nobody was last
 

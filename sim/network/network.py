@@ -25,14 +25,14 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from sim.few_flows import FewFlows
-from sim.flows import ActiveFlows
-from sim.maxmin import concat_ranges, row_lengths
-from sim.orbits import Orbits
-from sim.ledger import Ledger, Recording
-from sim.records import FlowTable, LinkStats
-from topologies.routing import Router, make_router
-from topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
+from clustersim.sim.network.few_flows import FewFlows
+from clustersim.sim.network.flows import ActiveFlows
+from clustersim.sim.network.maxmin import concat_ranges, row_lengths
+from clustersim.sim.network.orbits import Orbits
+from clustersim.sim.network.ledger import Ledger, Recording
+from clustersim.sim.network.records import FlowTable, LinkStats
+from clustersim.topologies.routing import Router, make_router
+from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
 PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept

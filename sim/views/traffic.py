@@ -15,8 +15,8 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from sim.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes  # noqa: E402
-from sim.records import EventLog  # noqa: E402
+from clustersim.sim.results.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes  # noqa: E402
+from clustersim.sim.engine.records import EventLog  # noqa: E402
 
 GB = 1e9  # bytes
 MAX_CELLS = 512  # per side: more GPUs than this are drawn in blocks (a figure has fewer pixels anyway)

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from sim.presets import MODELS
-from sim.scenario import Scenario, ScenarioError, _FieldError, show_value
+from clustersim.sim.scenario.presets import MODELS
+from clustersim.sim.scenario.schema import Scenario, ScenarioError, _FieldError, show_value
 
 
 class _StrictLoader(yaml.SafeLoader):

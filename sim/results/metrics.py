@@ -6,8 +6,9 @@ from collections.abc import Collection
 
 import numpy as np
 
-from schedules.tensor_parallel import EP_STREAM
-from sim.records import EventLog, FlowTable
+from clustersim.schedules.tensor_parallel import EP_STREAM
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.network.records import FlowTable
 
 PIPELINE_PHASES = ("F", "B")
 ALLTOALL_PHASE = "ALL_TO_ALL"  # a collective span's phase is its kind in capitals

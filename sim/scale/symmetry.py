@@ -22,10 +22,10 @@ import numpy as np
 
 from typing import Iterable
 
-from schedules.layout import Layout
-from sim.metrics import stream_of_flows
-from sim.orbits import MessageOrbits
-from sim.records import FlowTable
+from clustersim.schedules.layout import Layout
+from clustersim.sim.results.metrics import stream_of_flows
+from clustersim.sim.network.orbits import MessageOrbits
+from clustersim.sim.network.records import FlowTable
 
 
 class Symmetry:

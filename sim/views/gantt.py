@@ -23,7 +23,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from sim.records import EventLog, Span  # noqa: E402
+from clustersim.sim.engine.records import EventLog, Span  # noqa: E402
 
 COMPUTE_STREAM = "compute"
 STREAM_ORDER = (COMPUTE_STREAM, "send", "recv")  # then any other stream, by name

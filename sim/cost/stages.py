@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim import cost
-from sim.scenario import Scenario
+from clustersim.sim.cost import compute as cost
+from clustersim.sim.scenario.schema import Scenario
 
 
 def stage_layer_range(scenario: Scenario, stage: int) -> range:

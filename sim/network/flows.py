@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
+from clustersim.sim.network.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
 
 PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
 

@@ -20,8 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from sim.gantt import time_unit  # noqa: E402
-from sim.memory import CATEGORIES, MemoryTimeline, RankMemory  # noqa: E402
+from clustersim.sim.views.gantt import time_unit  # noqa: E402
+from clustersim.sim.cost.memory import CATEGORIES, MemoryTimeline, RankMemory  # noqa: E402
 
 GIB = 2.0**30
 WORST_RANKS = 4

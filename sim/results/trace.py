@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.records import EventLog, FlowSpan
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.network.records import FlowSpan
 
 US_PER_S = 1e6
 STREAM_ORDER = ("compute", "send", "recv")  # then any other stream, by name

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedules.data_parallel import DP_STREAM
-from sim.records import EventLog
-from sim.units import format_bytes
+from clustersim.schedules.data_parallel import DP_STREAM
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.scenario.units import format_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
 STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")

@@ -30,13 +30,13 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from schedules.ir import Collective, Compute, Op, Program, Recv, Send
-from sim.collectives.ops import unpack_pieces
-from sim.collectives.run import apply_collective, run_collective, run_images
-from sim.network import Network
-from sim.records import EventLog, Span
-from sim.shortcut import Shortcuts
-from sim.symmetry import Symmetry
+from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from clustersim.sim.collectives.ops import unpack_pieces
+from clustersim.sim.collectives.run import apply_collective, run_collective, run_images
+from clustersim.sim.network.network import Network
+from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.scale.shortcut import Shortcuts
+from clustersim.sim.scale.symmetry import Symmetry
 
 class _Done:
     """An op's end or a message's arrival that a walker needs before it is known: its time `at`

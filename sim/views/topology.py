@@ -29,7 +29,7 @@ from matplotlib.colors import Normalize  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from topologies.schema import AXES, GPU_INDEX, KIND, NODE_KINDS, WRAP  # noqa: E402
+from clustersim.topologies.schema import AXES, GPU_INDEX, KIND, NODE_KINDS, WRAP  # noqa: E402
 
 KIND_COLOURS = {"gpu": "#3b6fb6", "nvswitch": "#3f9b57", "switch": "#3f9b57", "nic": "#d9954a",
                 "leaf": "#8c6bb1", "spine": "#c0504d", "core": "#7f7f7f", "router": "#17becf"}

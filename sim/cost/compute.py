@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-from sim.presets import ModelSpec, MoESpec
+from clustersim.sim.scenario.presets import ModelSpec, MoESpec
 
 # Mixed-precision Adam touches per parameter: fp32 master weight, m and v read and written
 # (3 x 4 B x 2), the 16-bit gradient read (2 B) and the 16-bit weight written (2 B).

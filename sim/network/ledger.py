@@ -14,9 +14,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.maxmin import concat_ranges, row_lengths
-from sim.orbits import Orbits
-from sim.records import FlowTable, LinkStats
+from clustersim.sim.network.maxmin import concat_ranges, row_lengths
+from clustersim.sim.network.orbits import Orbits
+from clustersim.sim.network.records import FlowTable, LinkStats
 
 LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
 TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (what links.png draws)

@@ -13,41 +13,9 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from sim.ledger import TIMELINE_LINKS  # noqa: E402
-from sim.records import LinkStats  # noqa: E402
-from sim.topology_plot import draw_topology_on  # noqa: E402
-
-TOP_LINKS = TIMELINE_LINKS  # the links whose load timeline a run keeps
-TIME_BINS = 200
-
-
-def utilisation_matrix(stats: LinkStats, links: np.ndarray, step_s: float,
-                       bins: int = TIME_BINS) -> np.ndarray:
-    """(len(links), bins) mean utilisation of each link in each time bin.
-
-    The timeline holds each link's load (B/s) from the time it changed until its next change; a
-    bin's utilisation is the load's integral over the bin (piecewise linear in time, read off at
-    the bin edges) / the bin's width / the link's bandwidth.
-    """
-    edges = np.linspace(0.0, step_s, bins + 1)
-    out = np.zeros((len(links), bins))
-    times, ids, loads = stats.timeline
-    for row, link in enumerate(np.asarray(links).tolist()):
-        mine = ids == link
-        t, load = np.append(times[mine], max(step_s, times[mine][-1] if mine.any() else 0.0)), loads[mine]
-        if not len(load):
-            continue
-        integral = np.concatenate([[0.0], np.cumsum(load * np.diff(t))])  # at each change, from the first
-        at_edges = np.interp(edges, t, integral, left=0.0, right=integral[-1])
-        out[row] = np.diff(at_edges) / np.diff(edges) / stats.capacity_Bps[link]
-    return out
-
-
-def hottest_links(stats: LinkStats, count: int = TOP_LINKS) -> np.ndarray:
-    """Link ids with the highest utilisation, hottest first (ties by link id)."""
-    order = np.lexsort((np.arange(len(stats.utilisation)), -stats.utilisation))
-    return order[:count][stats.utilisation[order[:count]] > 0]
-
+from clustersim.sim.results.links import hottest_links, utilisation_matrix  # noqa: E402
+from clustersim.sim.network.records import LinkStats  # noqa: E402
+from clustersim.sim.views.topology import draw_topology_on  # noqa: E402
 
 def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, graph=None) -> None:
     """Heatmap (hottest links x time) of utilisation above the topology coloured by load (when

@@ -1,0 +1,76 @@
+"""The event log: the one record of a run. Every report, metric and plot is a function of it.
+
+Spans are NamedTuples: the engine makes one per op, so they must be cheap to build."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from clustersim.sim.network.records import FlowTable, LinkStats
+
+import numpy as np
+
+
+class Span(NamedTuple):
+    """One op on one rank's stream, from when it started to when it finished (seconds).
+
+    `phase` is "F", "B", "OPT" for compute, "SEND"/"RECV" for point-to-point; `microbatch` and
+    `stage` are None where they do not apply.
+    """
+
+    rank: int
+    stream: str
+    label: str
+    phase: str
+    microbatch: int | None
+    stage: int | None
+    start_s: float
+    end_s: float
+    nbytes: float = 0.0
+    flops: float = 0.0
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class EventLog:
+    """Everything a run recorded, in the order ops and flows finished (deterministic: SimPy's
+    tie-break makes one program give one order)."""
+
+    spans: tuple[Span, ...]
+    flows: FlowTable
+    num_ranks: int
+    link_names: tuple[str, ...]
+    links: LinkStats | None = None
+    # the ranks whose spans it holds when those stand for all (sim.symmetry): rank averages are theirs
+    represented: tuple[int, ...] | None = None
+
+    @property
+    def averaged_ranks(self) -> list[int]:
+        """The ranks an average over ranks runs over: all, or the representatives of a symmetric run."""
+        return list(self.represented) if self.represented is not None else list(range(self.num_ranks))
+
+    def __post_init__(self):
+        if not isinstance(self.flows, FlowTable):  # FlowSpans, as a hand-made log gives them
+            object.__setattr__(self, "flows", FlowTable.of(self.flows))
+
+    @functools.cached_property
+    def makespan_s(self) -> float:
+        return max((s.end_s for s in self.spans), default=0.0)
+
+    @functools.cached_property
+    def whole_ops(self) -> dict[tuple[int, str, int, int], tuple[float, float]]:
+        """(rank, phase, stage, microbatch) -> (start, end) of each forward and backward, its pieces
+        (tensor parallelism cuts an op at its collectives) taken together: first start, last end.
+        A stream runs its pieces in order, so the first piece seen starts the op, the last ends it."""
+        ops: dict[tuple[int, str, int, int], tuple[float, float]] = {}
+        for span in self.spans:
+            if span.phase == "F" or span.phase == "B":
+                key = (span.rank, span.phase, span.stage, span.microbatch)
+                first = ops.get(key)
+                ops[key] = (span.start_s if first is None else first[0], span.end_s)
+        return ops
