@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustersim.sim.collectives.run import time_collective
-from clustersim.sim.scenario.hardware import GPUS
 from clustersim.sim.run import simulate
+from clustersim.sim.scenario.hardware import GPUS
 from clustersim.sim.scenario.loader import load_scenario
 from clustersim.topologies.spec import parse_spec
 
@@ -41,24 +41,64 @@ class Row:
 
 
 ROWS = [
-    Row("Korthikanti et al. 2022 (arXiv:2205.05198) Table 5", "22B, 8 A100, TP 8 + SP, selective recompute, batch 4",
-        1.10, "s", scenario="k22b_selective", small=True),
-    Row("Korthikanti et al. 2022 Table 5, Full Recompute", "22B, 8 A100, TP 8, full recompute, batch 4",
-        1.42, "s", scenario="k22b_full", small=True),
-    Row("Korthikanti et al. 2022 Table 5", "175B, 64 A100, TP 8 + SP, PP 8 x 3 chunks, selective, batch 64",
-        13.75, "s", scenario="k175b_selective"),
-    Row("Korthikanti et al. 2022 Table 5, Full Recompute", "175B, 64 A100, TP 8, PP 8 x 3 chunks, full, batch 64",
-        18.13, "s", scenario="k175b_full"),
-    Row("Azure/AI-benchmarking-guide, ND_A100_v4_results.md, NCCL bandwidth (NCCL 2.18.5)",
+    Row(
+        "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5",
+        "22B, 8 A100, TP 8 + SP, selective recompute, batch 4",
+        1.10,
+        "s",
+        scenario="k22b_selective",
+        small=True,
+    ),
+    Row(
+        "Korthikanti et al. 2022 Table 5, Full Recompute",
+        "22B, 8 A100, TP 8, full recompute, batch 4",
+        1.42,
+        "s",
+        scenario="k22b_full",
+        small=True,
+    ),
+    Row(
+        "Korthikanti et al. 2022 Table 5",
+        "175B, 64 A100, TP 8 + SP, PP 8 x 3 chunks, selective, batch 64",
+        13.75,
+        "s",
+        scenario="k175b_selective",
+    ),
+    Row(
+        "Korthikanti et al. 2022 Table 5, Full Recompute",
+        "175B, 64 A100, TP 8, PP 8 x 3 chunks, full, batch 64",
+        18.13,
+        "s",
+        scenario="k175b_full",
+    ),
+    Row(
+        "Azure/AI-benchmarking-guide, ND_A100_v4_results.md, NCCL bandwidth (NCCL 2.18.5)",
         "all_reduce 8 GiB, 8 A100 on NVSwitch",
-        231.58, "GB/s", fabric=DGX_A100, size=8 * GiB, small=True),
-    Row("same table", "all_reduce 64 MiB, 8 A100 on NVSwitch", 166.63, "GB/s", fabric=DGX_A100, size=64 * MiB,
-        small=True),
-    Row("same table", "all_reduce 1 MiB, 8 A100 on NVSwitch", 36.22, "GB/s", fabric=DGX_A100, size=1 * MiB,
-        small=True),
-    Row("NVIDIA/nccl-tests#160 (S. Jeaugey, NVIDIA, 2023): a multi-node ring reaches ~24 GB/s per HDR NIC",
-        "all_reduce 1 GiB, 4 DGX A100, 8 HDR NICs each: 8 x 24 GB/s", 192.0, "GB/s", fabric=FOUR_DGX_A100,
-        size=1 * GiB, small=True),
+        231.58,
+        "GB/s",
+        fabric=DGX_A100,
+        size=8 * GiB,
+        small=True,
+    ),
+    Row(
+        "same table",
+        "all_reduce 64 MiB, 8 A100 on NVSwitch",
+        166.63,
+        "GB/s",
+        fabric=DGX_A100,
+        size=64 * MiB,
+        small=True,
+    ),
+    Row("same table", "all_reduce 1 MiB, 8 A100 on NVSwitch", 36.22, "GB/s", fabric=DGX_A100, size=1 * MiB, small=True),
+    Row(
+        "NVIDIA/nccl-tests#160 (S. Jeaugey, NVIDIA, 2023): a multi-node ring reaches ~24 GB/s per HDR NIC",
+        "all_reduce 1 GiB, 4 DGX A100, 8 HDR NICs each: 8 x 24 GB/s",
+        192.0,
+        "GB/s",
+        fabric=FOUR_DGX_A100,
+        size=1 * GiB,
+        small=True,
+    ),
 ]
 
 
@@ -81,11 +121,15 @@ def error(row: Row, value: float) -> float:
 def table(rows: list[Row], values: list[float]) -> str:
     lines = ["| source | configuration | published | simulated | error |", "| --- | --- | ---: | ---: | ---: |"]
     for row, value in zip(rows, values):
-        lines.append(f"| {row.source} | {row.configuration} | {row.published:.2f} {row.unit} | "
-                     f"{value:.2f} {row.unit} | {error(row, value):+.1%} |")
+        lines.append(
+            f"| {row.source} | {row.configuration} | {row.published:.2f} {row.unit} | "
+            f"{value:.2f} {row.unit} | {error(row, value):+.1%} |"
+        )
     median = statistics.median(abs(error(row, value)) for row, value in zip(rows, values))
-    lines.append(f"\nMedian absolute error over {len(rows)} rows: {median:.1%}. "
-                 f"A100 efficiency {GPUS['A100-SXM-80GB'].efficiency} of peak for every row.")
+    lines.append(
+        f"\nMedian absolute error over {len(rows)} rows: {median:.1%}. "
+        f"A100 efficiency {GPUS['A100-SXM-80GB'].efficiency} of peak for every row."
+    )
     return "\n".join(lines)
 
 

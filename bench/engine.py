@@ -48,8 +48,14 @@ def bare_simpy_seconds(num_events: int) -> float:
 
 def pipeline(pp: int, microbatches: int, activation_bytes: float) -> Program:
     """A 1F1B program, one stage per rank, 1 and 2 TFLOP per forward and backward."""
-    return build_program(rank_order("1f1b", pp, microbatches), microbatches, {s: s for s in range(pp)},
-                         activation_bytes, forward_flops=lambda s: 1e12, backward_flops=lambda s: 2e12)
+    return build_program(
+        rank_order("1f1b", pp, microbatches),
+        microbatches,
+        {s: s for s in range(pp)},
+        activation_bytes,
+        forward_flops=lambda s: 1e12,
+        backward_flops=lambda s: 2e12,
+    )
 
 
 def engine_seconds(program: Program, latency_s: float) -> tuple[float, float]:
@@ -77,10 +83,15 @@ def main() -> None:
         best["compute"] = min(best["compute"], engine_seconds(compute_only, 0.0)[0])
     networked_s, step_s = engine_seconds(pipeline(args.pp, args.microbatches, 25e6), 1e-6)
     bare = num_ops / best["bare"]
-    rates = {"1F1B, free communication": num_ops / best["free"], "1F1B, 25 MB over the network": num_ops / networked_s,
-             "compute ops only": sum(len(ops) for ops in compute_only.ops.values()) / best["compute"]}
-    print(f"program: 1F1B pp={args.pp} microbatches={args.microbatches}, {num_ops} ops; simulated step "
-          f"{free_step_s:.4f} s with free communication, {step_s:.4f} s over a 300 GB/s switch")
+    rates = {
+        "1F1B, free communication": num_ops / best["free"],
+        "1F1B, 25 MB over the network": num_ops / networked_s,
+        "compute ops only": sum(len(ops) for ops in compute_only.ops.values()) / best["compute"],
+    }
+    print(
+        f"program: 1F1B pp={args.pp} microbatches={args.microbatches}, {num_ops} ops; simulated step "
+        f"{free_step_s:.4f} s with free communication, {step_s:.4f} s over a 300 GB/s switch"
+    )
     print(f"bare simpy:                            {bare:12,.0f} events/s")
     for name, rate in rates.items():
         target = " (target >= 0.3)" if name.endswith("free communication") else ""

@@ -21,10 +21,14 @@ import simpy
 from clustersim.sim.network.network import Network
 from clustersim.topologies.spec import parse_spec
 
-CASES = ("torus:8x8x8", "fattree:nodes=64,gpus_per_node=8,load_balance=adaptive",
-         "fattree:nodes=64,gpus_per_node=8,load_balance=ecmp",
-         "torus:8x8x16", "fattree:nodes=128,gpus_per_node=8,load_balance=adaptive",
-         "fattree:nodes=128,gpus_per_node=8,load_balance=ecmp")
+CASES = (
+    "torus:8x8x8",
+    "fattree:nodes=64,gpus_per_node=8,load_balance=adaptive",
+    "fattree:nodes=64,gpus_per_node=8,load_balance=ecmp",
+    "torus:8x8x16",
+    "fattree:nodes=128,gpus_per_node=8,load_balance=adaptive",
+    "fattree:nodes=128,gpus_per_node=8,load_balance=ecmp",
+)
 TARGET_S = {512: 20.0, 1024: 10.0}
 PER_PAIR_BYTES = 2**20
 
@@ -39,8 +43,15 @@ def all_to_all(spec: str) -> dict:
     network.transfer_many(src[off], dst[off], PER_PAIR_BYTES, "all_to_all")
     network.env.run()
     wall = time.perf_counter() - start
-    return {"spec": spec, "gpus": n, "flows": int(off.sum()), "wall_s": wall, "reshares": network.reshares,
-            "flow_reshares_per_s": network.flows_reshared / wall, "simulated_s": network.env.now}
+    return {
+        "spec": spec,
+        "gpus": n,
+        "flows": int(off.sum()),
+        "wall_s": wall,
+        "reshares": network.reshares,
+        "flow_reshares_per_s": network.flows_reshared / wall,
+        "simulated_s": network.env.now,
+    }
 
 
 def main() -> None:
@@ -50,9 +61,12 @@ def main() -> None:
     for spec in [args.only] if args.only else CASES:
         r = all_to_all(spec)
         target = f"target < {TARGET_S[r['gpus']]:g} s" if r["gpus"] in TARGET_S else "no target"
-        print(f"{r['spec']:<54} {r['gpus']:5d} GPUs {r['flows']:9,d} flows  wall {r['wall_s']:7.2f} s "
-              f"({target})  {r['reshares']:4d} re-shares  {r['flow_reshares_per_s']:12,.0f} flows "
-              f"re-shared/s  simulated {r['simulated_s'] * 1e3:.3f} ms", flush=True)
+        print(
+            f"{r['spec']:<54} {r['gpus']:5d} GPUs {r['flows']:9,d} flows  wall {r['wall_s']:7.2f} s "
+            f"({target})  {r['reshares']:4d} re-shares  {r['flow_reshares_per_s']:12,.0f} flows "
+            f"re-shared/s  simulated {r['simulated_s'] * 1e3:.3f} ms",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,14 @@ def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
     return [min(bucket_bytes, total_bytes - i * bucket_bytes) for i in range(count)]
 
 
-def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[int], float], zero_stage: int,
-                      bucket_bytes: float, expert_bytes: Callable[[int], float] = lambda stage: 0.0) -> Program:
+def add_data_parallel(
+    program: Program,
+    layout: Layout,
+    weight_bytes: Callable[[int], float],
+    zero_stage: int,
+    bucket_bytes: float,
+    expert_bytes: Callable[[int], float] = lambda stage: 0.0,
+) -> Program:
     """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
 
     `weight_bytes(stage)`: bytes of the stage's 16-bit weights on one rank (= its gradients').
@@ -71,36 +77,63 @@ def add_data_parallel(program: Program, layout: Layout, weight_bytes: Callable[[
         computed: list[str] = []  # ends of the F/B ops so far, for the prefetch distance
         for op in program.ops[rank]:
             if isinstance(op, Compute) and op.phase in ("F", "B") and not op.part and zero_stage == 3:
-                gather = Collective("all_gather", f"params@{op.stage}.t{t}.{op.label}", group,
-                                    weight_bytes(op.stage), stream=DP_STREAM,
-                                    deps=(computed[-2],) if len(computed) >= 2 else ())
+                gather = Collective(
+                    "all_gather",
+                    f"params@{op.stage}.t{t}.{op.label}",
+                    group,
+                    weight_bytes(op.stage),
+                    stream=DP_STREAM,
+                    deps=(computed[-2],) if len(computed) >= 2 else (),
+                )
                 out.append(gather)
                 computed.append(ends[(op.phase, op.microbatch, op.stage)])
                 op = dataclasses.replace(op, deps=op.deps + (gather.label,))
             if isinstance(op, Compute) and op.phase == "OPT":
                 kind = "ALL_REDUCE" if zero_stage == 0 else "REDUCE_SCATTER"
-                shard = (sum(size / len(members) for _, members, size in sets(op.stage)) / weight_bytes(op.stage)
-                         if zero_stage >= 1 and weight_bytes(op.stage) > 0 else 1.0)
-                op = dataclasses.replace(op, nbytes=op.nbytes * shard, flops=op.flops * shard,
-                                         deps=op.deps + tuple(f"{kind} {tag}" for what, members, size in sets(op.stage)
-                                                              for tag, _ in _buckets(what, size, bucket_bytes)))
+                shard = (
+                    sum(size / len(members) for _, members, size in sets(op.stage)) / weight_bytes(op.stage)
+                    if zero_stage >= 1 and weight_bytes(op.stage) > 0
+                    else 1.0
+                )
+                op = dataclasses.replace(
+                    op,
+                    nbytes=op.nbytes * shard,
+                    flops=op.flops * shard,
+                    deps=op.deps
+                    + tuple(
+                        f"{kind} {tag}"
+                        for what, members, size in sets(op.stage)
+                        for tag, _ in _buckets(what, size, bucket_bytes)
+                    ),
+                )
             out.append(op)
             if isinstance(op, Compute) and op.phase == "B" and last_backward[op.stage] == op.label:
                 kind = "all_reduce" if zero_stage == 0 else "reduce_scatter"
-                out.extend(Collective(kind, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
-                           for what, members, total in sets(op.stage)
-                           for tag, size in _buckets(what, total, bucket_bytes))
+                out.extend(
+                    Collective(kind, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
+                    for what, members, total in sets(op.stage)
+                    for tag, size in _buckets(what, total, bucket_bytes)
+                )
             if isinstance(op, Compute) and op.phase == "OPT" and zero_stage in (1, 2):
-                out.extend(Collective("all_gather", tag.replace("grads@", "params@"), members, size,
-                                      stream=DP_STREAM, deps=(op.label,))
-                           for what, members, total in sets(op.stage)
-                           for tag, size in _buckets(what, total, bucket_bytes))
+                out.extend(
+                    Collective(
+                        "all_gather",
+                        tag.replace("grads@", "params@"),
+                        members,
+                        size,
+                        stream=DP_STREAM,
+                        deps=(op.label,),
+                    )
+                    for what, members, total in sets(op.stage)
+                    for tag, size in _buckets(what, total, bucket_bytes)
+                )
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)
 
 
-def _gradient_sets(layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes,
-                   stage: int) -> list[tuple[str, tuple[int, ...], float]]:
+def _gradient_sets(
+    layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes, stage: int
+) -> list[tuple[str, tuple[int, ...], float]]:
     """[(tag prefix, group, bytes)] of a stage: the dense gradients over the data-parallel group
     and, with expert parallelism, the experts' over the ranks holding the same experts (if several)."""
     experts = expert_bytes(stage) if layout.ep > 1 else 0.0

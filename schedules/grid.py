@@ -18,6 +18,13 @@ def compute_grid(program: Program) -> str:
 
 def compute_order_json(program: Program) -> dict:
     """`{"ranks": {"0": [{"phase": "F", "microbatch": 0, "stage": 0}, ...]}}` in execution order."""
-    return {"ranks": {str(rank): [{"phase": op.phase, "microbatch": op.microbatch, "stage": op.stage}
-                                  for op in program.ops[rank] if isinstance(op, Compute) and op.phase != "OPT"]
-                      for rank in program.ranks}}
+    return {
+        "ranks": {
+            str(rank): [
+                {"phase": op.phase, "microbatch": op.microbatch, "stage": op.stage}
+                for op in program.ops[rank]
+                if isinstance(op, Compute) and op.phase != "OPT"
+            ]
+            for rank in program.ranks
+        }
+    }

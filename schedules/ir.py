@@ -143,29 +143,48 @@ class Program:
     def pipelines(self) -> list[Program]:
         """One Program per pipeline replica, holding only that replica's ranks."""
         placements = self.replicas or (self.stage_to_rank,)
-        return [Program({r: self.ops[r] for r in sorted(set(placement.values()))}, self.num_stages,
-                        self.num_microbatches, dict(placement)) for placement in placements]
+        return [
+            Program(
+                {r: self.ops[r] for r in sorted(set(placement.values()))},
+                self.num_stages,
+                self.num_microbatches,
+                dict(placement),
+            )
+            for placement in placements
+        ]
 
     def relabel(self, new_rank: dict[int, int]) -> Program:
         """The same program with rank r renamed new_rank[r] (in op lists, peers and placements)."""
+
         def moved(op: Op) -> Op:
             if isinstance(op, (Send, Recv)):
                 return dataclasses.replace(op, peer=new_rank[op.peer])
             if isinstance(op, Collective):
                 return dataclasses.replace(op, group=tuple(new_rank[r] for r in op.group))
             return op
-        return Program({new_rank[r]: [moved(op) for op in ops] for r, ops in self.ops.items()}, self.num_stages,
-                       self.num_microbatches, {s: new_rank[r] for s, r in self.stage_to_rank.items()},
-                       tuple({s: new_rank[r] for s, r in placement.items()} for placement in self.replicas),
-                       self.images)
+
+        return Program(
+            {new_rank[r]: [moved(op) for op in ops] for r, ops in self.ops.items()},
+            self.num_stages,
+            self.num_microbatches,
+            {s: new_rank[r] for s, r in self.stage_to_rank.items()},
+            tuple({s: new_rank[r] for s, r in placement.items()} for placement in self.replicas),
+            self.images,
+        )
 
     @staticmethod
     def merge(pipelines: list[Program], images: bool = False) -> Program:
         """Replicas side by side (disjoint ranks) as one Program (`images`: they stand for more)."""
         ops = {rank: list(rank_ops) for p in pipelines for rank, rank_ops in p.ops.items()}
         first = pipelines[0]
-        return Program(ops, first.num_stages, first.num_microbatches, dict(first.stage_to_rank),
-                       tuple(dict(p.stage_to_rank) for p in pipelines), images)
+        return Program(
+            ops,
+            first.num_stages,
+            first.num_microbatches,
+            dict(first.stage_to_rank),
+            tuple(dict(p.stage_to_rank) for p in pipelines),
+            images,
+        )
 
     def to_text(self) -> str:
         """All ops, one per line, grouped by rank (`rank 0:` headers); `Program.parse` reads it back."""
@@ -200,8 +219,10 @@ def format_op(op: Op) -> str:
 
 
 _TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
-_COMPUTE_RE = re.compile(r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?:\.(?P<part>\d+))?"
-                         r"(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$")
+_COMPUTE_RE = re.compile(
+    r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?:\.(?P<part>\d+))?"
+    r"(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$"
+)
 _COLLECTIVE_RE = re.compile(r"(?P<kind>[A-Z_]+) (?P<tag>\S+) \[(?P<group>[\d,]+)\] (?P<nbytes>\S+)B (?P<algo>\S+)$")
 _P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
 

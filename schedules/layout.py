@@ -68,9 +68,9 @@ class Layout:
         consecutive data-parallel indices around `dp`, same stage and shard; an MoE layer's tokens
         travel among them."""
         first = dp // self.ep * self.ep
-        return tuple(int(r) for r in self.grid[first:first + self.ep, pp, tp])
+        return tuple(int(r) for r in self.grid[first : first + self.ep, pp, tp])
 
     def expert_dp_group(self, dp: int, pp: int, tp: int) -> tuple[int, ...]:
         """The ranks that hold the same experts (every ep-th data-parallel index): they reduce the
         experts' gradients together."""
-        return tuple(int(r) for r in self.grid[dp % self.ep::self.ep, pp, tp])
+        return tuple(int(r) for r in self.grid[dp % self.ep :: self.ep, pp, tp])

@@ -40,15 +40,19 @@ def stage_ranks(num_ranks: int, virtual: int = 1) -> dict[int, int]:
 
 def _one_stage_per_rank(kind: str, virtual: int) -> None:
     if virtual != 1:
-        raise ValueError(f"schedule {kind!r} runs one stage per rank: virtual must be 1, got {virtual} "
-                         "(use 'interleaved' for several chunks per rank)")
+        raise ValueError(
+            f"schedule {kind!r} runs one stage per rank: virtual must be 1, got {virtual} "
+            "(use 'interleaved' for several chunks per rank)"
+        )
 
 
 def gpipe_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
     """All forwards in microbatch order, then all backwards in microbatch order."""
     _one_stage_per_rank("gpipe", virtual)
-    return {rank: [("F", mb, rank) for mb in range(num_microbatches)]
-            + [("B", mb, rank) for mb in range(num_microbatches)] for rank in range(num_ranks)}
+    return {
+        rank: [("F", mb, rank) for mb in range(num_microbatches)] + [("B", mb, rank) for mb in range(num_microbatches)]
+        for rank in range(num_ranks)
+    }
 
 
 def one_f_one_b_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
@@ -103,11 +107,7 @@ def interleaved_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -
     return order
 
 
-SCHEDULES: dict[str, Generator] = {
-    "gpipe": gpipe_order,
-    "1f1b": one_f_one_b_order,
-    "interleaved": interleaved_order,
-}
+SCHEDULES: dict[str, Generator] = {"gpipe": gpipe_order, "1f1b": one_f_one_b_order, "interleaved": interleaved_order}
 
 
 def rank_order(kind: str, num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
@@ -142,15 +142,24 @@ def build_program(
     for rank in sorted(order):
         for phase, mb, stage in order[rank]:
             flops = forward_flops(stage) if phase == "F" else backward_flops(stage)
-            ops[rank].extend(_compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank,
-                                               activation_bytes, flops))
+            ops[rank].extend(
+                _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops)
+            )
     for stage in range(num_stages):
         ops[stage_to_rank[stage]].append(Compute("OPT", None, stage, nbytes=optimizer_bytes(stage)))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 
-def _compute_with_p2p(rank: int, phase: str, mb: int, stage: int, num_stages: int, stage_to_rank: dict[int, int],
-                      nbytes: float, flops: float) -> list[Op]:
+def _compute_with_p2p(
+    rank: int,
+    phase: str,
+    mb: int,
+    stage: int,
+    num_stages: int,
+    stage_to_rank: dict[int, int],
+    nbytes: float,
+    flops: float,
+) -> list[Op]:
     """The receive a compute op on `rank` waits on, the op itself, and the send of its result."""
     src = stage - 1 if phase == "F" else stage + 1  # the stage whose output this op consumes
     dst = stage + 1 if phase == "F" else stage - 1  # the stage that consumes this op's output

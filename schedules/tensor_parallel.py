@@ -28,8 +28,17 @@ EP_STREAM = "ep"
 Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the collective ending it, its group)
 
 
-def tp_stage_plan(phase: str, layers: int | list[bool], first: bool, last: bool, sequence_parallel: bool,
-                  recompute_full: bool = False, *, tp: int, ep: int = 1) -> list[Piece]:
+def tp_stage_plan(
+    phase: str,
+    layers: int | list[bool],
+    first: bool,
+    last: bool,
+    sequence_parallel: bool,
+    recompute_full: bool = False,
+    *,
+    tp: int,
+    ep: int = 1,
+) -> list[Piece]:
     """The pieces of one stage op, in order, cut at its tensor-parallel collectives (tp > 1) and
     its MoE layers' expert-parallel all-to-alls (ep > 1). `layers`: how many (dense) layers, or
     for each layer whether its MLP is a mixture of experts.
@@ -112,11 +121,19 @@ def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int
     return tokens
 
 
-def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable[[int], list[bool]],
-                        activation_bytes: float, sequence_parallel: bool, recompute_full: bool,
-                        item_flops: Callable[[str, int], float], loss_gather_bytes: float,
-                        grad_sync_bytes: Callable[[int], float], alltoall_bytes: float = 0.0,
-                        counts_bytes: float = 0.0) -> Program:
+def add_tensor_parallel(
+    program: Program,
+    layout: Layout,
+    stage_layers: Callable[[int], list[bool]],
+    activation_bytes: float,
+    sequence_parallel: bool,
+    recompute_full: bool,
+    item_flops: Callable[[str, int], float],
+    loss_gather_bytes: float,
+    grad_sync_bytes: Callable[[int], float],
+    alltoall_bytes: float = 0.0,
+    counts_bytes: float = 0.0,
+) -> Program:
     """The program with each forward and backward cut into pieces at its tensor-parallel
     collectives and its MoE layers' expert-parallel all-to-alls (`tp_stage_plan`).
 
@@ -143,10 +160,19 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
     def plan_of(phase: str, stage: int) -> list[tuple[list[str], str | None, str, float]]:
         """tp_stage_plan's pieces of (phase, stage), each with its FLOPs (the same on every rank)."""
         if (phase, stage) not in plans:
-            plans[(phase, stage)] = [(items, kind, on, sum(item_flops(i, stage) for i in items)) for items, kind, on in
-                                     tp_stage_plan(phase, stage_layers(stage), stage == 0,
-                                                   stage == program.num_stages - 1, sequence_parallel, recompute_full,
-                                                   tp=layout.tp, ep=layout.ep)]
+            plans[(phase, stage)] = [
+                (items, kind, on, sum(item_flops(i, stage) for i in items))
+                for items, kind, on in tp_stage_plan(
+                    phase,
+                    stage_layers(stage),
+                    stage == 0,
+                    stage == program.num_stages - 1,
+                    sequence_parallel,
+                    recompute_full,
+                    tp=layout.tp,
+                    ep=layout.ep,
+                )
+            ]
         return plans[(phase, stage)]
 
     for rank in program.ranks:
@@ -165,22 +191,37 @@ def add_tensor_parallel(program: Program, layout: Layout, stage_layers: Callable
                 out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
                 continue
             for part, (items, kind, on, flops) in enumerate(plan_of(op.phase, op.stage)):
-                piece = Compute(op.phase, op.microbatch, op.stage, flops, op.nbytes if part == 0 else 0.0, op.stream,
-                                deps, part)
+                piece = Compute(
+                    op.phase, op.microbatch, op.stage, flops, op.nbytes if part == 0 else 0.0, op.stream, deps, part
+                )
                 out.append(piece)
                 if kind is not None:
                     group, stream, prefix = groups[on]
-                    size = (alltoall_bytes if on == "ep" else counts_bytes if on == "ep_counts"
-                            else loss_gather_bytes if "F.head" in items else activation_bytes)
-                    collective = Collective(kind, f"{prefix}.{piece.label}", group, size, stream=stream,
-                                            deps=(piece.label,))
+                    size = (
+                        alltoall_bytes
+                        if on == "ep"
+                        else counts_bytes
+                        if on == "ep_counts"
+                        else loss_gather_bytes
+                        if "F.head" in items
+                        else activation_bytes
+                    )
+                    collective = Collective(
+                        kind, f"{prefix}.{piece.label}", group, size, stream=stream, deps=(piece.label,)
+                    )
                     out.append(collective)
                     deps = (collective.label,)
             renamed[op.label] = piece.label
             partial_grads = sequence_parallel or any(stage_layers(op.stage))
             if layout.tp > 1 and partial_grads and last_backward[op.stage] == op.label:  # the stream is in order
-                sync = Collective("all_reduce", f"tp@d{d}.grads@{op.stage}", groups["tp"][0],
-                                  grad_sync_bytes(op.stage), stream=TP_STREAM, deps=(piece.label,))
+                sync = Collective(
+                    "all_reduce",
+                    f"tp@d{d}.grads@{op.stage}",
+                    groups["tp"][0],
+                    grad_sync_bytes(op.stage),
+                    stream=TP_STREAM,
+                    deps=(piece.label,),
+                )
                 out.append(sync)
                 synced[op.stage] = sync.label
         ops[rank] = out

@@ -92,11 +92,16 @@ def _check_coverage_and_order(program: Program) -> None:
             if op.phase == "OPT":
                 missing = [mb for mb in range(program.num_microbatches) if ("B", mb, op.stage) not in found]
                 if missing:
-                    raise ProgramError(f"{_where(rank, i, op)}: optimizer step before backward B{missing[0]}@{op.stage}")
+                    raise ProgramError(
+                        f"{_where(rank, i, op)}: optimizer step before backward B{missing[0]}@{op.stage}"
+                    )
             found[key] = (rank, i)
     for stage in range(program.num_stages):
-        for phase, mbs in (("F", range(program.num_microbatches)), ("B", range(program.num_microbatches)),
-                           ("OPT", [None])):
+        for phase, mbs in (
+            ("F", range(program.num_microbatches)),
+            ("B", range(program.num_microbatches)),
+            ("OPT", [None]),
+        ):
             for mb in mbs:
                 if (phase, mb, stage) not in found:
                     label = f"OPT@{stage}" if mb is None else f"{phase}{mb}@{stage}"
@@ -117,8 +122,9 @@ def _check_piece(rank: int, i: int, op: Compute, seen: dict[str, Op]) -> None:
     `seen`: the rank's ops before op i, by label."""
     before = seen.get(f"{_whole_label(op)}.{op.part - 1}")
     if op.part and (before is None or before.stream != op.stream):
-        raise ProgramError(f"{_where(rank, i, op)}: piece {op.part} does not follow piece {op.part - 1} "
-                           f"on stream {op.stream}")
+        raise ProgramError(
+            f"{_where(rank, i, op)}: piece {op.part} does not follow piece {op.part - 1} on stream {op.stream}"
+        )
 
 
 def _check_chains(program: Program) -> None:
@@ -140,8 +146,10 @@ def _check_chains(program: Program) -> None:
                     raise ProgramError(f"{_where(rank, i, op)}: runs before {needed}, whose output it consumes")
             elif f"RECV {needed}" not in op.deps:
                 what = "activation" if op.phase == "F" else "gradient"
-                raise ProgramError(f"{_where(rank, i, op)}: does not wait for the {what} {needed} "
-                                   f"(needs a dependency on RECV {needed})")
+                raise ProgramError(
+                    f"{_where(rank, i, op)}: does not wait for the {what} {needed} "
+                    f"(needs a dependency on RECV {needed})"
+                )
 
 
 def _check_p2p(program: Program) -> None:
@@ -158,12 +166,16 @@ def _check_p2p(program: Program) -> None:
                 continue
             phase, mb, stage = op.tag
             if program.stage_to_rank.get(stage) != rank:
-                raise ProgramError(f"{_where(rank, i, op)}: sends the output of stage {stage}, which rank {rank} does not hold")
+                raise ProgramError(
+                    f"{_where(rank, i, op)}: sends the output of stage {stage}, which rank {rank} does not hold"
+                )
             consumer = stage + 1 if phase == "F" else stage - 1
             expected = program.stage_to_rank.get(consumer)
             if op.peer != expected:
-                raise ProgramError(f"{_where(rank, i, op)}: sends to rank {op.peer}, but stage {consumer} that "
-                                   f"consumes {phase}{mb}@{stage} is on rank {expected}")
+                raise ProgramError(
+                    f"{_where(rank, i, op)}: sends to rank {op.peer}, but stage {consumer} that "
+                    f"consumes {phase}{mb}@{stage} is on rank {expected}"
+                )
             producer = f"{phase}{mb}@{stage}"
             producer = ends.get(producer, producer)
             if producer not in op.deps:
@@ -173,8 +185,9 @@ def _check_p2p(program: Program) -> None:
                 raise ProgramError(f"{_where(rank, i, op)}: rank {op.peer} never receives it")
             j, recv = recvs[key]
             if recv.nbytes != op.nbytes:
-                raise ProgramError(f"{_where(rank, i, op)}: sends {op.nbytes!r} B but rank {op.peer} op {j} "
-                                   f"receives {recv.nbytes!r} B")
+                raise ProgramError(
+                    f"{_where(rank, i, op)}: sends {op.nbytes!r} B but rank {op.peer} op {j} receives {recv.nbytes!r} B"
+                )
             matched.add(key)
     for (src, dst, _), (j, recv) in sorted(recvs.items(), key=lambda kv: (kv[0][1], kv[1][0])):
         if (src, dst, recv.tag) not in matched:
@@ -197,9 +210,11 @@ def _check_collectives(program: Program) -> None:
                 raise ProgramError(f"{_where(first_rank, i, op)}: member rank {rank} never joins it")
             i, op = members[rank]
             if (op.kind, op.group, op.nbytes) != (first.kind, first.group, first.nbytes):
-                raise ProgramError(f"{_where(rank, i, op)}: differs from rank {first_rank}'s {first.label} "
-                                   f"({op.kind} {list(op.group)} {op.nbytes!r} B vs {first.kind} "
-                                   f"{list(first.group)} {first.nbytes!r} B)")
+                raise ProgramError(
+                    f"{_where(rank, i, op)}: differs from rank {first_rank}'s {first.label} "
+                    f"({op.kind} {list(op.group)} {op.nbytes!r} B vs {first.kind} "
+                    f"{list(first.group)} {first.nbytes!r} B)"
+                )
 
 
 def _check_deadlock(program: Program) -> None:
@@ -259,9 +274,11 @@ def _check_deadlock(program: Program) -> None:
     stuck = [(key, pos[key], ops[pos[key]]) for key, ops in streams.items() if pos[key] < len(ops)]
     if stuck:
         index = {(rank, op.label): i for rank in program.ranks for i, op in enumerate(program.ops[rank])}
-        waits = "; ".join(f"{_where(rank, index[(rank, op.label)], op)} on stream {stream} waits for "
-                          f"{_blocker(program, op, done[rank], joined)}"
-                          for (rank, stream), _, op in sorted(stuck, key=lambda s: s[0]))
+        waits = "; ".join(
+            f"{_where(rank, index[(rank, op.label)], op)} on stream {stream} waits for "
+            f"{_blocker(program, op, done[rank], joined)}"
+            for (rank, stream), _, op in sorted(stuck, key=lambda s: s[0])
+        )
         raise ProgramError(f"deadlock: {waits}")
 
 

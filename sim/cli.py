@@ -11,14 +11,14 @@ from pathlib import Path
 from clustersim.schedules.grid import compute_grid, compute_order_json
 from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
 from clustersim.schedules.validate import ProgramError
-from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
 from clustersim.sim.scenario.loader import load_scenario, load_scenarios
+from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
 
 
 def _run(args: argparse.Namespace) -> int:
     from clustersim.sim.cost.memory import capacity_message
-    from clustersim.sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from clustersim.sim.progress import op_progress
+    from clustersim.sim.report import OUTPUT_FILES, terminal_summary, write_outputs
     from clustersim.sim.run import program_of, simulate
 
     scenario = load_scenario(args.scenario)
@@ -30,8 +30,10 @@ def _run(args: argparse.Namespace) -> int:
         raise ScenarioError(args.scenario, "cluster.gpu", f"{over} (--strict-memory)")
     out_dir = write_outputs(result, Path(args.output) if args.output else scenario.output_dir)
     p = scenario.parallel
-    print(f"{scenario.name}: {scenario.schedule}, pp={p.pp} x virtual={p.virtual}, dp={p.dp}, ZeRO {p.zero}, "
-          f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}")
+    print(
+        f"{scenario.name}: {scenario.schedule}, pp={p.pp} x virtual={p.virtual}, dp={p.dp}, ZeRO {p.zero}, "
+        f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}"
+    )
     print(terminal_summary(result))
     print(f"\nwrote {out_dir}/: {' '.join(OUTPUT_FILES)}")
     return 0
@@ -44,8 +46,11 @@ def _compare(args: argparse.Namespace) -> int:
 
     scenarios = [s for path in args.scenarios for s in load_scenarios(path)]  # every file checked before any run
     if len(scenarios) < 2:
-        raise ScenarioError("(command line)", "SCENARIO", f"compare needs at least two scenarios (files, or a file's "
-                            f"variants), got {len(scenarios)}")
+        raise ScenarioError(
+            "(command line)",
+            "SCENARIO",
+            f"compare needs at least two scenarios (files, or a file's variants), got {len(scenarios)}",
+        )
     programs = [program_of(scenario) for scenario in scenarios]
     results = []
     for scenario, program in zip(scenarios, programs):
@@ -72,8 +77,14 @@ def _schedule(args: argparse.Namespace) -> int:
     except ValueError as exc:  # virtual > 1 on a one-stage-per-rank schedule, or m not a multiple of pp
         flag = "--microbatches" if args.kind == "interleaved" else "--virtual"
         raise ScenarioError("(command line)", flag, str(exc)) from None
-    program = build_program(order, args.microbatches, stage_ranks(args.pp, args.virtual), 0.0,
-                            forward_flops=lambda s: 0.0, backward_flops=lambda s: 0.0)
+    program = build_program(
+        order,
+        args.microbatches,
+        stage_ranks(args.pp, args.virtual),
+        0.0,
+        forward_flops=lambda s: 0.0,
+        backward_flops=lambda s: 0.0,
+    )
     print(json.dumps(compute_order_json(program)) if args.json else compute_grid(program))
     return 0
 
@@ -142,8 +153,10 @@ def _topology(args: argparse.Namespace) -> int:
         name = args.scenario
         default = Path("runs") / "topology" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png")
     kinds = {k: n for k in NODE_KINDS if (n := sum(1 for _, kind in graph.nodes(data="kind") if kind == k))}
-    summary = (f"{graph.number_of_nodes()} nodes ({', '.join(f'{n} {k}' for k, n in kinds.items())}), "
-               f"{graph.number_of_edges() // 2} links ({graph.number_of_edges()} directed edges)")
+    summary = (
+        f"{graph.number_of_nodes()} nodes ({', '.join(f'{n} {k}' for k, n in kinds.items())}), "
+        f"{graph.number_of_edges() // 2} links ({graph.number_of_edges()} directed edges)"
+    )
     out = Path(args.output) if args.output else default
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
@@ -165,11 +178,16 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate one training step of a scenario and write its outputs")
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("-o", "--output", help="output folder (default: the scenario's output.dir or runs/<name>)")
-    run.add_argument("--strict-memory", action="store_true",
-                     help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's")
+    run.add_argument(
+        "--strict-memory",
+        action="store_true",
+        help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's",
+    )
     run.set_defaults(func=_run)
     comp = sub.add_parser("compare", help="run several scenarios and compare where their step time goes")
-    comp.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="two or more scenario YAML files, or files with variants")
+    comp.add_argument(
+        "scenarios", nargs="+", metavar="SCENARIO", help="two or more scenario YAML files, or files with variants"
+    )
     comp.add_argument("-o", "--output", help="output folder (default: runs/compare-<name1>-vs-<name2>...)")
     comp.set_defaults(func=_compare)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
@@ -178,14 +196,23 @@ def parser() -> argparse.ArgumentParser:
     sched.add_argument("--kind", choices=sorted(SCHEDULES), required=True)
     sched.add_argument("--pp", type=int, required=True, help="pipeline ranks")
     sched.add_argument("--microbatches", type=int, required=True)
-    sched.add_argument("--virtual", type=int, default=1,
-                       help="model chunks per rank (interleaved; default 1): chunk c of rank r is stage c x pp + r")
+    sched.add_argument(
+        "--virtual",
+        type=int,
+        default=1,
+        help="model chunks per rank (interleaved; default 1): chunk c of rank r is stage c x pp + r",
+    )
     sched.add_argument("--json", action="store_true", help="JSON instead of a text grid")
     sched.set_defaults(func=_schedule)
     coll = sub.add_parser("collective", help="time a collective over a size sweep, as an nccl-tests-style table")
-    coll.add_argument("op", metavar="OP", help="all_reduce | reduce_scatter | all_gather | broadcast | reduce | "
-                      "gather | scatter | all_to_all | p2p")
-    coll.add_argument("--topology", required=True, help="ring:8, switch:16, torus:4x4x4, fattree:nodes=8,gpus_per_node=8")
+    coll.add_argument(
+        "op",
+        metavar="OP",
+        help="all_reduce | reduce_scatter | all_gather | broadcast | reduce | gather | scatter | all_to_all | p2p",
+    )
+    coll.add_argument(
+        "--topology", required=True, help="ring:8, switch:16, torus:4x4x4, fattree:nodes=8,gpus_per_node=8"
+    )
     coll.add_argument("--sizes", required=True, help="MIN:MAX[:FACTOR] doubling by default (1KiB:1GiB), or one size")
     coll.add_argument("--algo", default="auto", help="algorithm (default auto; a wrong name lists the valid ones)")
     coll.add_argument("--bandwidth", help="link bandwidth for specs without a preset, e.g. 100GB/s")

@@ -37,10 +37,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Program, Recv, Send  # noqa: E402
-from clustersim.sim.views.gantt import time_unit  # noqa: E402
 from clustersim.sim.engine.records import EventLog  # noqa: E402
 from clustersim.sim.report import output_folder  # noqa: E402
 from clustersim.sim.run import RunResult  # noqa: E402
+from clustersim.sim.views.gantt import time_unit  # noqa: E402
 
 # Priority when several kinds are active on an idle rank: the fixed five first, then the
 # remaining collective kinds in schedules.ir order (each kept separate).
@@ -49,9 +49,17 @@ EXPOSED_KINDS += tuple(k for k in COLLECTIVE_KINDS if k not in EXPOSED_KINDS)
 P2P_PHASES = ("SEND", "RECV")
 HOTTEST = 3
 OUTPUT_FILES = ("compare.json", "compare.md", "compare.png")
-COLOURS = {"compute": "#4c72b0", "all_to_all": "#c44e52", "all_reduce": "#dd8452", "reduce_scatter": "#8172b3",
-           "all_gather": "#937860", "p2p": "#55a868", "broadcast": "#da8bc3", "reduce": "#8c8c8c",
-           "bubble": "#dddddd"}
+COLOURS = {
+    "compute": "#4c72b0",
+    "all_to_all": "#c44e52",
+    "all_reduce": "#dd8452",
+    "reduce_scatter": "#8172b3",
+    "all_gather": "#937860",
+    "p2p": "#55a868",
+    "broadcast": "#da8bc3",
+    "reduce": "#8c8c8c",
+    "bubble": "#dddddd",
+}
 LINK_COLOURS = ("#c44e52", "#dd8452", "#f0b27a")  # hottest, second, third
 
 
@@ -69,8 +77,11 @@ class Breakdown:
     def means(self) -> dict:
         """Means over ranks; bubble is the remainder, so the identity holds for the means too."""
         compute, exposed = float(self.compute_s.mean()), {k: float(v.mean()) for k, v in self.exposed_s.items()}
-        return {"compute_s": compute, "bubble_s": self.step_time_s - compute - sum(exposed.values()),
-                "exposed_comm_s": exposed}
+        return {
+            "compute_s": compute,
+            "bubble_s": self.step_time_s - compute - sum(exposed.values()),
+            "exposed_comm_s": exposed,
+        }
 
 
 def category_of(phase: str) -> int:
@@ -79,8 +90,10 @@ def category_of(phase: str) -> int:
         return 0
     kind = "p2p" if phase in P2P_PHASES else phase.lower()
     if kind not in EXPOSED_KINDS:
-        raise ValueError(f"span phase {phase!r} is neither compute {PHASES}, p2p {P2P_PHASES} nor a collective "
-                         f"kind in capitals ({', '.join(k.upper() for k in COLLECTIVE_KINDS)})")
+        raise ValueError(
+            f"span phase {phase!r} is neither compute {PHASES}, p2p {P2P_PHASES} nor a collective "
+            f"kind in capitals ({', '.join(k.upper() for k in COLLECTIVE_KINDS)})"
+        )
     return 1 + EXPOSED_KINDS.index(kind)
 
 
@@ -90,16 +103,24 @@ SpanKey = tuple[int, str, str]  # (rank, stream, label)
 def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
     """RECV span key -> start of the matching SEND span (when the message left its sender); the
     program pairs them: a Recv of tag g from peer p on rank r meets p's Send of g to r."""
-    send_of = {(rank, op.peer, op.tag): (rank, op.stream, op.label)
-               for rank, ops in program.ops.items() for op in ops if isinstance(op, Send)}
+    send_of = {
+        (rank, op.peer, op.tag): (rank, op.stream, op.label)
+        for rank, ops in program.ops.items()
+        for op in ops
+        if isinstance(op, Send)
+    }
     send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == "SEND"}
-    return {(rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
-            for rank, ops in program.ops.items() for op in ops
-            if isinstance(op, Recv) and send_of.get((op.peer, rank, op.tag)) in send_start}
+    return {
+        (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
+        for rank, ops in program.ops.items()
+        for op in ops
+        if isinstance(op, Recv) and send_of.get((op.peer, rank, op.tag)) in send_start
+    }
 
 
-def step_breakdown(log: EventLog, step_time_s: float | None = None,
-                   sent_s: dict[SpanKey, float] | None = None) -> Breakdown:
+def step_breakdown(
+    log: EventLog, step_time_s: float | None = None, sent_s: dict[SpanKey, float] | None = None
+) -> Breakdown:
     """The breakdown of the module docstring, by a sweep over every span's start (+1) and end (-1);
     a RECV named in `sent_s` starts at max(its start, sent_s[its key]) (None: RECVs count whole).
 
@@ -118,8 +139,14 @@ def step_breakdown(log: EventLog, step_time_s: float | None = None,
     rank = np.fromiter((s.rank for s in spans), np.int64, n)
     start = np.fromiter((s.start_s for s in spans), float, n)
     if sent_s:
-        start = np.maximum(start, np.fromiter((sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == "RECV"
-                                               else s.start_s for s in spans), float, n))
+        start = np.maximum(
+            start,
+            np.fromiter(
+                (sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == "RECV" else s.start_s for s in spans),
+                float,
+                n,
+            ),
+        )
     start = np.clip(start, 0.0, step)
     end = np.clip(np.fromiter((s.end_s for s in spans), float, n), start, step)
 
@@ -135,12 +162,19 @@ def step_breakdown(log: EventLog, step_time_s: float | None = None,
         active = np.cumsum(np.where(category == cat, delta, 0))[:-1] > 0
         union[cat] = np.bincount(seg_rank[active], weights=seg_s[active], minlength=ranks_n)[:ranks_n]
         owner[active] = cat
-    exposed = {k: np.bincount(seg_rank[owner == 1 + i], weights=seg_s[owner == 1 + i], minlength=ranks_n)[:ranks_n]
-               for i, k in enumerate(EXPOSED_KINDS)}
+    exposed = {
+        k: np.bincount(seg_rank[owner == 1 + i], weights=seg_s[owner == 1 + i], minlength=ranks_n)[:ranks_n]
+        for i, k in enumerate(EXPOSED_KINDS)
+    }
     ranks = log.averaged_ranks  # a symmetric run's representatives stand for every rank
     exposed = {k: v[ranks] for k, v in exposed.items()}
-    return Breakdown(step, union[0][ranks], exposed, step - union[0][ranks] - sum(exposed.values()),
-                     {k: union[1 + i][ranks] for i, k in enumerate(EXPOSED_KINDS)})
+    return Breakdown(
+        step,
+        union[0][ranks],
+        exposed,
+        step - union[0][ranks] - sum(exposed.values()),
+        {k: union[1 + i][ranks] for i, k in enumerate(EXPOSED_KINDS)},
+    )
 
 
 def alltoall_sizes(program: Program) -> dict[SpanKey, tuple[int, float]]:
@@ -176,13 +210,19 @@ def compare_row(result: RunResult) -> dict:
     s = result.summary
     b = step_breakdown(result.log, s["step_time_s"], message_departures(result.program, result.log))
     means = b.means()
-    return {"name": result.scenario.name, "step_time_s": s["step_time_s"], "compute_s": means["compute_s"],
-            "bubble_s": means["bubble_s"], "exposed_comm_s": means["exposed_comm_s"],
-            "alltoall_time_s": float(b.in_kind_s["all_to_all"].mean()),
-            "allreduce_time_s": float(b.in_kind_s["all_reduce"].mean()),
-            "bubble_ratio_mean": s["bubble_ratio_mean"], "mfu": s["mfu"],
-            "hottest_links": s["hottest_links"][:HOTTEST],
-            "alltoall_busbw_GBps": alltoall_busbw_GBps(result.log, alltoall_sizes(result.program))}
+    return {
+        "name": result.scenario.name,
+        "step_time_s": s["step_time_s"],
+        "compute_s": means["compute_s"],
+        "bubble_s": means["bubble_s"],
+        "exposed_comm_s": means["exposed_comm_s"],
+        "alltoall_time_s": float(b.in_kind_s["all_to_all"].mean()),
+        "allreduce_time_s": float(b.in_kind_s["all_reduce"].mean()),
+        "bubble_ratio_mean": s["bubble_ratio_mean"],
+        "mfu": s["mfu"],
+        "hottest_links": s["hottest_links"][:HOTTEST],
+        "alltoall_busbw_GBps": alltoall_busbw_GBps(result.log, alltoall_sizes(result.program)),
+    }
 
 
 def shown_kinds(rows: list[dict]) -> list[str]:
@@ -194,14 +234,25 @@ def markdown(rows: list[dict]) -> str:
     """The compare table, then who is fastest and by what ratio."""
     unit, scale = time_unit(max(r["step_time_s"] for r in rows))
     kinds = shown_kinds(rows)
-    head = ["scenario", f"step ({unit})", f"compute ({unit})", *(f"exposed {k} ({unit})" for k in kinds),
-            f"bubble ({unit})", "MFU (%)", "all-to-all busbw (GB/s)"]
+    head = [
+        "scenario",
+        f"step ({unit})",
+        f"compute ({unit})",
+        *(f"exposed {k} ({unit})" for k in kinds),
+        f"bubble ({unit})",
+        "MFU (%)",
+        "all-to-all busbw (GB/s)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     for r in rows:
         times = (r["step_time_s"], r["compute_s"], *(r["exposed_comm_s"][k] for k in kinds), r["bubble_s"])
         busbw = r["alltoall_busbw_GBps"]
-        cells = [r["name"], *(f"{v * scale:.3f}".replace("-0.000", "0.000") for v in times), f"{100 * r['mfu']:.1f}",
-                 "-" if busbw is None else f"{busbw:.1f}"]
+        cells = [
+            r["name"],
+            *(f"{v * scale:.3f}".replace("-0.000", "0.000") for v in times),
+            f"{100 * r['mfu']:.1f}",
+            "-" if busbw is None else f"{busbw:.1f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + faster_line(rows, unit, scale) + "\n"
 
@@ -210,9 +261,13 @@ def faster_line(rows: list[dict], unit: str, scale: float) -> str:
     """'A is the fastest: 1.25x faster than B (8.000 ms vs 10.000 ms)'; ratio = slower step / faster step."""
     fast = min(rows, key=lambda r: r["step_time_s"])  # the first listed wins a tie
     others = [r for r in rows if r is not fast]
-    parts = [f"{r['step_time_s'] / fast['step_time_s']:.2f}x faster than {r['name']} "
-             f"({fast['step_time_s'] * scale:.3f} {unit} vs {r['step_time_s'] * scale:.3f} {unit})"
-             if fast["step_time_s"] > 0 else f"no slower than {r['name']}" for r in others]
+    parts = [
+        f"{r['step_time_s'] / fast['step_time_s']:.2f}x faster than {r['name']} "
+        f"({fast['step_time_s'] * scale:.3f} {unit} vs {r['step_time_s'] * scale:.3f} {unit})"
+        if fast["step_time_s"] > 0
+        else f"no slower than {r['name']}"
+        for r in others
+    ]
     return f"**{fast['name']}** is the fastest: " + "; ".join(parts)
 
 
@@ -226,8 +281,9 @@ def plot_compare(rows: list[dict], path: str | Path) -> None:
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
     for part in ["compute", *shown_kinds(rows), "bubble"]:
-        values = np.array([r["exposed_comm_s"][part] if part in EXPOSED_KINDS else r[f"{part}_s"]
-                           for r in rows]) * scale
+        values = (
+            np.array([r["exposed_comm_s"][part] if part in EXPOSED_KINDS else r[f"{part}_s"] for r in rows]) * scale
+        )
         label = part if part in ("compute", "bubble") else f"exposed {part}"
         left.bar(x, values, 0.6, bottom=bottom, color=COLOURS.get(part, "#999999"), label=label)
         bottom += values

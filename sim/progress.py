@@ -15,8 +15,16 @@ SHOW_AFTER_S = 2.0
 @contextmanager
 def op_progress(total_ops: int, label: str) -> Iterator[Callable[[int], None]]:
     """Yield a callback taking the number of ops done so far (the engine's `on_progress`)."""
-    bar = tqdm(total=total_ops, desc=label, unit="op", unit_scale=True, delay=SHOW_AFTER_S, leave=False,
-               disable=not sys.stderr.isatty(), file=sys.stderr)
+    bar = tqdm(
+        total=total_ops,
+        desc=label,
+        unit="op",
+        unit_scale=True,
+        delay=SHOW_AFTER_S,
+        leave=False,
+        disable=not sys.stderr.isatty(),
+        file=sys.stderr,
+    )
 
     def update(done: int) -> None:
         bar.update(done - bar.n)

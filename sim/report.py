@@ -9,18 +9,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from clustersim.sim.views.gantt import plot_gantt
-from clustersim.sim.views.links import plot_links
 from clustersim.sim.cost.memory import capacity_message
-from clustersim.sim.views.memory import plot_memory
-from clustersim.sim.run import RunResult
 from clustersim.sim.results.table import format_table
 from clustersim.sim.results.trace import MAX_SPAN_EVENTS, write_trace
+from clustersim.sim.run import RunResult
+from clustersim.sim.views.gantt import plot_gantt
+from clustersim.sim.views.links import plot_links
+from clustersim.sim.views.memory import plot_memory
 from clustersim.sim.views.traffic import plot_traffic
 
 GANTT_MAX_RANKS = 32
-OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "traffic.png",
-                "program.txt")
+OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "traffic.png", "program.txt")
 
 
 def write_outputs(result: RunResult, out_dir: Path) -> Path:
@@ -32,8 +31,10 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
     with output_folder(out_dir) as tmp:
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
         sc = result.scenario
-        title = (f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
-                 f"step {result.summary['step_time_s'] * 1e3:.2f} ms")
+        title = (
+            f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
+            f"step {result.summary['step_time_s'] * 1e3:.2f} ms"
+        )
         ranks = None
         if result.log.num_ranks > GANTT_MAX_RANKS:  # one pipeline, in stage order, stays readable
             placement = result.program.stage_to_rank
@@ -41,10 +42,19 @@ def write_outputs(result: RunResult, out_dir: Path) -> Path:
             title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
         plot_gantt(result.log, tmp / "gantt.png", title, ranks)
         write_trace(result.log, tmp / "trace.json", ranks if len(result.log.spans) > MAX_SPAN_EVENTS else None)
-        plot_links(result.log.links, result.summary["step_time_s"], tmp / "links.png",
-                   f"{sc.name}: utilisation of the hottest links", result.graph)
-        plot_memory(result.memory, sc.gpu_spec.memory_bytes, tmp / "memory.png",
-                    f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})")
+        plot_links(
+            result.log.links,
+            result.summary["step_time_s"],
+            tmp / "links.png",
+            f"{sc.name}: utilisation of the hottest links",
+            result.graph,
+        )
+        plot_memory(
+            result.memory,
+            sc.gpu_spec.memory_bytes,
+            tmp / "memory.png",
+            f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})",
+        )
         plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
         (tmp / "program.txt").write_text(result.program.to_text() + "\n")
     return Path(out_dir)
@@ -72,12 +82,16 @@ def moe_routing_line(s: dict) -> str | None:
     numerics = s["numerics"] or {}
     if "tokens_per_expert" not in numerics:
         return None
-    line = (f"expert {numerics['hottest_expert']} took {100 * numerics['hottest_expert_share']:.1f} % of "
-            f"{sum(numerics['tokens_per_expert'])} rows, {100 * numerics['dropped_token_rate']:.1f} % dropped")
+    line = (
+        f"expert {numerics['hottest_expert']} took {100 * numerics['hottest_expert_share']:.1f} % of "
+        f"{sum(numerics['tokens_per_expert'])} rows, {100 * numerics['dropped_token_rate']:.1f} % dropped"
+    )
     if s["alltoall_straggler_rank"] is not None:
         straggler = str(s["alltoall_straggler_rank"])
-        line += (f"; rank {straggler} reached {s['alltoall_last_arrivals_per_rank'][straggler]} all-to-alls last "
-                 "(the straggler)")
+        line += (
+            f"; rank {straggler} reached {s['alltoall_last_arrivals_per_rank'][straggler]} all-to-alls last "
+            "(the straggler)"
+        )
     return line
 
 
@@ -89,29 +103,49 @@ def terminal_summary(result: RunResult) -> str:
     for span in result.log.spans:
         if span.phase in ("F", "B"):
             busy[span.rank] += span.duration_s
-    rows = [{"rank": r, "busy_ms": busy[r] * 1e3, "bubble_pct": 100 * s["bubble_ratio_per_rank"][r],
-             "inflight": s["peak_inflight_microbatches_per_rank"][r],
-             "memory_gib": s["memory_peak_bytes_per_rank"][str(r)]["total"] / 2**30,
-             "sent_mb": sum(s["comm_bytes_sent_per_rank"][str(r)].values()) / 1e6}
-            for r in result.log.averaged_ranks]
-    table = format_table(rows, [("rank", "rank", "d"), ("busy_ms", "busy (ms)", ".3f"),
-                                ("bubble_pct", "bubble (%)", ".2f"), ("inflight", "peak in-flight mb", "d"),
-                                ("memory_gib", "peak memory (GiB)", ".2f"), ("sent_mb", "sent (MB)", ".1f")])
+    rows = [
+        {
+            "rank": r,
+            "busy_ms": busy[r] * 1e3,
+            "bubble_pct": 100 * s["bubble_ratio_per_rank"][r],
+            "inflight": s["peak_inflight_microbatches_per_rank"][r],
+            "memory_gib": s["memory_peak_bytes_per_rank"][str(r)]["total"] / 2**30,
+            "sent_mb": sum(s["comm_bytes_sent_per_rank"][str(r)].values()) / 1e6,
+        }
+        for r in result.log.averaged_ranks
+    ]
+    table = format_table(
+        rows,
+        [
+            ("rank", "rank", "d"),
+            ("busy_ms", "busy (ms)", ".3f"),
+            ("bubble_pct", "bubble (%)", ".2f"),
+            ("inflight", "peak in-flight mb", "d"),
+            ("memory_gib", "peak memory (GiB)", ".2f"),
+            ("sent_mb", "sent (MB)", ".1f"),
+        ],
+    )
     lines = [
         f"step time        {s['step_time_s'] * 1e3:.3f} ms",
         f"bubble (mean)    {100 * s['bubble_ratio_mean']:.2f} %",
         f"TFLOP/s per GPU  {s['tflops_per_gpu']:.1f}   (MFU {100 * s['mfu']:.1f} %)",
     ]
     if s["numerics"] is not None:
-        lines.append(f"numerics         max abs err {s['numerics_max_abs_err']:.3g}, "
-                     f"max rel err {s['numerics_max_rel_err']:.3g} vs single-device reference")
+        lines.append(
+            f"numerics         max abs err {s['numerics_max_abs_err']:.3g}, "
+            f"max rel err {s['numerics_max_rel_err']:.3g} vs single-device reference"
+        )
     if s["alltoall_time_share"] > 0:
-        lines.append(f"all-to-all       {100 * s['alltoall_time_share']:.2f} % of rank time "
-                     f"({s['alltoall_bytes_total'] / 1e9:.3f} GB sent)")
+        lines.append(
+            f"all-to-all       {100 * s['alltoall_time_share']:.2f} % of rank time "
+            f"({s['alltoall_bytes_total'] / 1e9:.3f} GB sent)"
+        )
     if s["symmetry"] is not None:
-        lines.append(f"symmetry         {s['symmetry']['simulated_ranks']} ranks walked, each standing for "
-                     f"{s['symmetry']['images_per_rank']} (the table lists them); their images landed "
-                     f"{s['symmetry']['image_spread_s']:.3g} s apart at most")
+        lines.append(
+            f"symmetry         {s['symmetry']['simulated_ranks']} ranks walked, each standing for "
+            f"{s['symmetry']['images_per_rank']} (the table lists them); their images landed "
+            f"{s['symmetry']['image_spread_s']:.3g} s apart at most"
+        )
     if routing := moe_routing_line(s):
         lines.append(f"routing          {routing}")
     if over := capacity_message(s["memory_peak_bytes_per_rank"], s["memory_capacity_bytes"]):

@@ -11,40 +11,60 @@ from dataclasses import dataclass
 import networkx as nx
 import simpy
 
-from clustersim.schedules.ir import Compute, Program
 from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
+from clustersim.schedules.ir import Compute, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
 from clustersim.schedules.tensor_parallel import add_tensor_parallel
 from clustersim.schedules.validate import validate
-from clustersim.sim.cost import compute as cost
-from clustersim.sim.results import metrics
 from clustersim.sim.collectives.run import step_pairs
+from clustersim.sim.cost import compute as cost
+from clustersim.sim.cost.memory import (
+    MemoryTimeline,
+    activation_bytes_per_layer,
+    memory_peaks,
+    memory_timeline,
+    model_state_bytes,
+    ranks_over_capacity,
+)
+from clustersim.sim.cost.stages import (
+    alltoall_bytes,
+    expert_bytes,
+    partial_grad_params,
+    stage_forward_flops,
+    stage_layer_range,
+    stage_moe_layers,
+    stage_params,
+    tensor_parallel_item_flops,
+    weight_bytes,
+)
 from clustersim.sim.engine.loop import run_program
-from clustersim.sim.results.links import hottest_links
+from clustersim.sim.engine.records import EventLog
 from clustersim.sim.network.network import Network
-from clustersim.sim.cost.memory import (MemoryTimeline, activation_bytes_per_layer, memory_peaks, memory_timeline, model_state_bytes,
-                        ranks_over_capacity)
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
 from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
 from clustersim.sim.numerics.transformer import ShadowConfig
-from clustersim.sim.engine.records import EventLog
-from clustersim.sim.scenario.schema import Scenario
-from clustersim.sim.scale.shortcut import Shortcuts
-from clustersim.sim.cost.stages import (alltoall_bytes, expert_bytes, partial_grad_params, stage_forward_flops, stage_layer_range,
-                              stage_moe_layers, stage_params, tensor_parallel_item_flops, weight_bytes)
+from clustersim.sim.results import metrics
+from clustersim.sim.results.links import hottest_links
 from clustersim.sim.results.stragglers import straggler_summary
+from clustersim.sim.scale.shortcut import Shortcuts
 from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
+from clustersim.sim.scenario.schema import Scenario
 from clustersim.topologies.registry import TOPOLOGIES
+
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
     """The scenario's network graph: the registry's builder, given the keys its kind takes
     (sim.scenario.TOPOLOGY_KEYS) and the cluster's sizes."""
     c, t = scenario.cluster, scenario.cluster.topology
     link = {"bandwidth_Bps": t.link_bandwidth_Bps, "latency_s": t.link_latency_s}
-    node = {"gpus_per_node": c.gpus_per_node, "nvlink_bandwidth_Bps": t.nvlink_bandwidth_Bps,
-            "nic_bandwidth_Bps": t.nic_bandwidth_Bps, "latency_s": t.link_latency_s}
+    node = {
+        "gpus_per_node": c.gpus_per_node,
+        "nvlink_bandwidth_Bps": t.nvlink_bandwidth_Bps,
+        "nic_bandwidth_Bps": t.nic_bandwidth_Bps,
+        "latency_s": t.link_latency_s,
+    }
     if t.kind in ("switch", "ring"):
         args = {"num_gpus": c.num_gpus, **link}
     elif t.kind in ("torus", "mesh"):
@@ -52,8 +72,14 @@ def build_topology(scenario: Scenario) -> nx.DiGraph:
     elif t.kind == "dgx":
         args = node
     else:  # fattree
-        args = {"nodes": c.nodes, **node, "leaf_radix": t.leaf_radix, "oversubscription": t.oversubscription,
-                "tiers": t.tiers, "load_balance": t.load_balance}
+        args = {
+            "nodes": c.nodes,
+            **node,
+            "leaf_radix": t.leaf_radix,
+            "oversubscription": t.oversubscription,
+            "tiers": t.tiers,
+            "load_balance": t.load_balance,
+        }
     return TOPOLOGIES[t.kind](**args)
 
 
@@ -93,29 +119,50 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     build only the pipelines of these ranks (a program of representatives, sim.symmetry)."""
     p, m = scenario.parallel, scenario.model_spec
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
-    layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden,
-                                               scenario.dtype_bytes)
+    layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
     act_bytes = layer_act / p.tp if p.sequence_parallel else layer_act  # sequence parallel: each rank's shard
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     t = scenario.training
-    redo = [sum(cost.model_layer_recompute_flops(m, t.micro_batch, i, t.recompute)
-                for i in stage_layer_range(scenario, stage)) / p.tp for stage in range(p.num_stages)]
-    pipeline = build_program(order, scenario.num_microbatches, stage_ranks(p.pp, p.virtual), act_bytes,
-                             forward_flops=lambda s: flops[s], backward_flops=lambda s: 2 * flops[s] + redo[s],
-                             optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM)
+    redo = [
+        sum(
+            cost.model_layer_recompute_flops(m, t.micro_batch, i, t.recompute)
+            for i in stage_layer_range(scenario, stage)
+        )
+        / p.tp
+        for stage in range(p.num_stages)
+    ]
+    pipeline = build_program(
+        order,
+        scenario.num_microbatches,
+        stage_ranks(p.pp, p.virtual),
+        act_bytes,
+        forward_flops=lambda s: flops[s],
+        backward_flops=lambda s: 2 * flops[s] + redo[s],
+        optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM,
+    )
     layout = layout_of(scenario)
-    replicas = [pipeline.relabel(dict(enumerate(ranks))) for ranks in pipelines_of(layout)
-                if representatives is None or ranks[0] in representatives]
+    replicas = [
+        pipeline.relabel(dict(enumerate(ranks)))
+        for ranks in pipelines_of(layout)
+        if representatives is None or ranks[0] in representatives
+    ]
     moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
-    program = add_tensor_parallel(Program.merge(replicas, images=representatives is not None), layout,
-                                  moe_layers.__getitem__, layer_act,
-                                  p.sequence_parallel, t.recompute == "full", tensor_parallel_item_flops(scenario),
-                                  loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
-                                  grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
-                                  alltoall_bytes=alltoall_bytes(scenario),
-                                  counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0)
-    program = add_data_parallel(program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket,
-                                lambda s: expert_bytes(scenario, s))
+    program = add_tensor_parallel(
+        Program.merge(replicas, images=representatives is not None),
+        layout,
+        moe_layers.__getitem__,
+        layer_act,
+        p.sequence_parallel,
+        t.recompute == "full",
+        tensor_parallel_item_flops(scenario),
+        loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
+        grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
+        alltoall_bytes=alltoall_bytes(scenario),
+        counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
+    )
+    program = add_data_parallel(
+        program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
+    )
     validate(program)
     return program
 
@@ -123,8 +170,10 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
 def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
     """Roofline: an op takes as long as the slower of its FLOPs and its memory traffic."""
     gpu = scenario.gpu_spec
-    return lambda op: max(cost.compute_time_s(op.flops, gpu.peak_flops, gpu.efficiency),
-                          cost.memory_time_s(op.nbytes, gpu.hbm_bandwidth_Bps))
+    return lambda op: max(
+        cost.compute_time_s(op.flops, gpu.peak_flops, gpu.efficiency),
+        cost.memory_time_s(op.nbytes, gpu.hbm_bandwidth_Bps),
+    )
 
 
 def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics | None:
@@ -135,27 +184,65 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     if not n.enabled:
         return None
     moe = scenario.model_spec.moe
-    cfg = ShadowConfig(layers=scenario.model_spec.layers, hidden=n.hidden, heads=n.heads, ffn=4 * n.hidden,
-                       seq_len=n.seq_len, vocab=n.vocab, dtype=n.dtype,
-                       # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised
-                       # (Mixtral, GShard); one routing group per (replica, microbatch, tensor-parallel
-                       # rank), as the run has: each of the tp ranks routes 1/tp of a microbatch's tokens
-                       moe=MoEConfig(moe.num_experts, moe.top_k, moe.capacity_factor, moe.top_k > 1,
-                                     moe.shared_experts == 1, _selection_bias(moe.num_experts, n.hot_expert_bias),
-                                     n.micro_batch * n.seq_len // p.tp)
-                       if moe is not None else None,
-                       moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else ())
+    cfg = ShadowConfig(
+        layers=scenario.model_spec.layers,
+        hidden=n.hidden,
+        heads=n.heads,
+        ffn=4 * n.hidden,
+        seq_len=n.seq_len,
+        vocab=n.vocab,
+        dtype=n.dtype,
+        # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised
+        # (Mixtral, GShard); one routing group per (replica, microbatch, tensor-parallel
+        # rank), as the run has: each of the tp ranks routes 1/tp of a microbatch's tokens
+        moe=MoEConfig(
+            moe.num_experts,
+            moe.top_k,
+            moe.capacity_factor,
+            moe.top_k > 1,
+            moe.shared_experts == 1,
+            _selection_bias(moe.num_experts, n.hot_expert_bias),
+            n.micro_batch * n.seq_len // p.tp,
+        )
+        if moe is not None
+        else None,
+        moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else (),
+    )
     placements = replica_placements(scenario)
     full = scenario.training.recompute == "full"  # selective recompute changes no arithmetic of the shadow
     if p.dp == 1 and p.tp == 1:
-        return PipelineNumerics(cfg, p.num_stages, scenario.num_microbatches, n.micro_batch, placements[0],
-                                n.seed, n.optimizer, n.lr, recompute_full=full)
+        return PipelineNumerics(
+            cfg,
+            p.num_stages,
+            scenario.num_microbatches,
+            n.micro_batch,
+            placements[0],
+            n.seed,
+            n.optimizer,
+            n.lr,
+            recompute_full=full,
+        )
     experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
-    buckets = {(what, s): len(bucket_sizes(size, p.bucket)) for s in range(p.num_stages)
-               for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))}
-    return DataParallelNumerics(cfg, placements, scenario.num_microbatches, n.micro_batch, n.seed, n.optimizer,
-                                n.lr, p.zero if p.dp > 1 else 0, buckets, recompute_full=full, tp=p.tp,
-                                sequence_parallel=p.sequence_parallel, ep=p.ep)
+    buckets = {
+        (what, s): len(bucket_sizes(size, p.bucket))
+        for s in range(p.num_stages)
+        for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))
+    }
+    return DataParallelNumerics(
+        cfg,
+        placements,
+        scenario.num_microbatches,
+        n.micro_batch,
+        n.seed,
+        n.optimizer,
+        n.lr,
+        p.zero if p.dp > 1 else 0,
+        buckets,
+        recompute_full=full,
+        tp=p.tp,
+        sequence_parallel=p.sequence_parallel,
+        ep=p.ep,
+    )
 
 
 def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ...] | None:
@@ -177,14 +264,22 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
     if topology.kind == "fattree" and topology.load_balance == "adaptive":
         block_gpus = p.ep * p.pp * p.tp  # what one shift by ep replicas moves
         block_nodes = block_gpus // cluster.gpus_per_node
-        if (tuple(p.order) != ("dp", "pp", "tp") or cluster.gpus_per_node % p.tp or block_gpus % cluster.gpus_per_node
-                or (block_nodes % topology.leaf_radix and topology.leaf_radix % block_nodes)):
+        if (
+            tuple(p.order) != ("dp", "pp", "tp")
+            or cluster.gpus_per_node % p.tp
+            or block_gpus % cluster.gpus_per_node
+            or (block_nodes % topology.leaf_radix and topology.leaf_radix % block_nodes)
+        ):
             return None
         # a shift maps the fat tree onto itself when it moves whole leaf groups (and wraps round whole ones)
         nodes = p.dp // p.ep * block_nodes
-        fabric_step = (p.ep if nodes <= topology.leaf_radix
-                       else p.ep * max(1, topology.leaf_radix // block_nodes) if nodes % topology.leaf_radix == 0
-                       else p.dp)
+        fabric_step = (
+            p.ep
+            if nodes <= topology.leaf_radix
+            else p.ep * max(1, topology.leaf_radix // block_nodes)
+            if nodes % topology.leaf_radix == 0
+            else p.dp
+        )
     elif topology.kind != "switch":
         return None
     return Symmetry(layout_of(scenario), fabric_step)
@@ -205,8 +300,12 @@ class _Identity(dict):
         return rank
 
 
-def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = None,
-             program: Program | None = None, exact: bool = False) -> RunResult:
+def simulate(
+    scenario: Scenario,
+    on_progress: Callable[[int], None] | None = None,
+    program: Program | None = None,
+    exact: bool = False,
+) -> RunResult:
     """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
     `program`: one already made by program_of or make_program; `exact`: walk every rank and move every
     collective's flows, no symmetry (sim.symmetry) and no replays (sim.shortcut), for checking
@@ -217,11 +316,21 @@ def simulate(scenario: Scenario, on_progress: Callable[[int], None] | None = Non
     network = Network(simpy.Environment(), graph)
     numerics = make_numerics(scenario)
     shortcuts = None if exact else Shortcuts(program, network, _Identity(), symmetry)
-    if (symmetry is not None and shortcuts is not None  # exact: every flow moved
-            and (images := symmetry.network_images(_self_mapped_steps(graph, shortcuts, symmetry))) is not None):
+    if (
+        symmetry is not None
+        and shortcuts is not None  # exact: every flow moved
+        and (images := symmetry.network_images(_self_mapped_steps(graph, shortcuts, symmetry))) is not None
+    ):
         network = Network(network.env, graph, network.router, images)
-    log = run_program(program, network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress,
-                      shortcuts=shortcuts, symmetry=symmetry)
+    log = run_program(
+        program,
+        network,
+        compute_time_fn(scenario),
+        numerics=numerics,
+        on_progress=on_progress,
+        shortcuts=shortcuts,
+        symmetry=symmetry,
+    )
     memory = memory_of(scenario, log)
     summary = summarize(scenario, log, memory, numerics.finish() if numerics else None, symmetry)
     summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
@@ -246,8 +355,15 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     p, m = scenario.parallel, scenario.model_spec
     static: dict[int, dict[str, float]] = {}
     activations: dict[int, dict[int, float]] = {}
-    per_layer = activation_bytes_per_layer(m.seq_len, scenario.training.micro_batch, m.hidden, m.heads, t=p.tp,
-                                           sp=p.sequence_parallel, recompute=scenario.training.recompute)
+    per_layer = activation_bytes_per_layer(
+        m.seq_len,
+        scenario.training.micro_batch,
+        m.hidden,
+        m.heads,
+        t=p.tp,
+        sp=p.sequence_parallel,
+        recompute=scenario.training.recompute,
+    )
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
             states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)
@@ -255,13 +371,13 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
             activations.setdefault(rank, {})[stage] = m.layers // p.num_stages * per_layer
     gathers = None
     if p.zero == 3 and p.dp > 1:
-        gathers = {rank: max(weight_bytes(scenario, s) for s in stages)
-                   for rank, stages in activations.items()}
+        gathers = {rank: max(weight_bytes(scenario, s) for s in stages) for rank, stages in activations.items()}
     return memory_timeline(log, static, activations, gathers)
 
 
-def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None,
-              symmetry: Symmetry | None = None) -> dict:
+def summarize(
+    scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None, symmetry: Symmetry | None = None
+) -> dict:
     """The documented summary.json keys (see README, "Outputs"). With `symmetry` the log holds the
     representatives' spans only (and every image's flows): per-rank figures are theirs, copied to
     their images, and rank averages count each representative for all its images."""
@@ -288,8 +404,13 @@ def summarize(scenario: Scenario, log: EventLog, memory: MemoryTimeline, numeric
         "memory_over_capacity_ranks": ranks_over_capacity(peaks, gpu.memory_bytes),
         "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
         **alltoall_summary(log, gpus),
-        "symmetry": {"simulated_ranks": len(symmetry.representatives), "images_per_rank": images,
-                     "image_spread_s": image_spread_s(log.flows)} if symmetry is not None else None,
+        "symmetry": {
+            "simulated_ranks": len(symmetry.representatives),
+            "images_per_rank": images,
+            "image_spread_s": image_spread_s(log.flows),
+        }
+        if symmetry is not None
+        else None,
         "scenario": scenario.resolved(),
     }
 
@@ -303,15 +424,24 @@ def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
     small = num_gpus <= TRAFFIC_MATRIX_MAX_GPUS
     matrix = metrics.traffic_matrix_bytes(log, num_gpus, metrics.ALLTOALL_STREAMS, block=1 if small else num_gpus)
     total = float(matrix.sum())
-    return {"alltoall_time_share": metrics.alltoall_time_share(log), "alltoall_bytes_total": total,
-            "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and small
-            else None}
+    return {
+        "alltoall_time_share": metrics.alltoall_time_share(log),
+        "alltoall_bytes_total": total,
+        "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and small else None,
+    }
 
 
 def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
     """The most utilised links: name, bytes, busy time, utilisation (bytes / (bandwidth x step)),
     peak concurrent flows."""
     stats = log.links
-    return [{"link": stats.names[l], "bytes": float(stats.bytes[l]), "busy_s": float(stats.busy_s[l]),
-             "utilisation": float(stats.utilisation[l]), "peak_flows": int(stats.peak_flows[l])}
-            for l in hottest_links(stats, count).tolist()]
+    return [
+        {
+            "link": stats.names[l],
+            "bytes": float(stats.bytes[l]),
+            "busy_s": float(stats.busy_s[l]),
+            "utilisation": float(stats.utilisation[l]),
+            "peak_flows": int(stats.peak_flows[l]),
+        }
+        for l in hottest_links(stats, count).tolist()
+    ]

@@ -48,8 +48,15 @@ def differences(old, new, where: str = "") -> list[str]:
     """Every path at which two JSON values differ (floats compared exactly)."""
     if isinstance(old, dict) and isinstance(new, dict):
         keys = sorted(set(old) | set(new))
-        return [d for k in keys for d in (differences(old.get(k), new.get(k), f"{where}.{k}")
-                                          if k in old and k in new else [f"{where}.{k}: only in one"])]
+        return [
+            d
+            for k in keys
+            for d in (
+                differences(old.get(k), new.get(k), f"{where}.{k}")
+                if k in old and k in new
+                else [f"{where}.{k}: only in one"]
+            )
+        ]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{where}[{i}]")]
     return [] if old == new else [f"{where}: {old!r} != {new!r}"[:300]]

@@ -45,8 +45,16 @@ def test_torus_all_to_all_is_between_the_bisection_bound_and_twice_it(axes):
 
 
 def fabric(load_balance, oversubscription=1.0, nodes=64, leaf_radix=32):
-    return fat_tree(nodes, 8, nvlink_bandwidth_Bps=450e9, nic_bandwidth_Bps=6 * B, leaf_radix=leaf_radix,
-                    oversubscription=oversubscription, latency_s=LAT, load_balance=load_balance)
+    return fat_tree(
+        nodes,
+        8,
+        nvlink_bandwidth_Bps=450e9,
+        nic_bandwidth_Bps=6 * B,
+        leaf_radix=leaf_radix,
+        oversubscription=oversubscription,
+        latency_s=LAT,
+        load_balance=load_balance,
+    )
 
 
 def test_full_bisection_fat_tree_all_to_all_is_nic_bound():
@@ -76,6 +84,7 @@ def test_oversubscription_2_makes_the_cross_leaf_part_twice_as_slow():
     # nodes 0-31 hang off one leaf per rail, nodes 32-63 off the other: keep only cross-leaf pairs
     def cross_leaf(src, dst):
         return (src // 8) // 32 != (dst // 8) // 32
+
     full = all_to_all_time(fabric("adaptive", 1.0), cross_leaf)
     half = all_to_all_time(fabric("adaptive", 2.0), cross_leaf)
     assert half / full == pytest.approx(2.0, rel=0.05)

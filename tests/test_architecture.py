@@ -37,8 +37,9 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if f"{node.module}.{alias.name}" in MODULES)
+            names.update(
+                f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in MODULES
+            )
     return names
 
 
@@ -96,8 +97,8 @@ def test_modules_stay_short_or_say_why():
         lines = path.read_text().count("\n")
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         assert lines <= MAX_LINES or LONG_REASON in doc, (
-            f"{path.relative_to(ROOT)} has {lines} lines: split it, or say why in its docstring "
-            f"({LONG_REASON!r})")
+            f"{path.relative_to(ROOT)} has {lines} lines: split it, or say why in its docstring ({LONG_REASON!r})"
+        )
 
 
 def test_the_checker_sees_a_violation(tmp_path):

@@ -22,63 +22,134 @@ BAD_INPUTS = [
     ("negative_size", GOOD.replace("micro_batch: 4 ", "micro_batch: -4 "), "training.micro_batch", "must be > 0"),
     ("zero_bandwidth", GOOD.replace("300GB/s", "0GB/s"), "cluster.topology.link_bandwidth", "> 0"),
     ("bad_unit", GOOD.replace("300GB/s", "300 parsecs"), "cluster.topology.link_bandwidth", "not a bandwidth"),
-    ("layers_not_divisible_by_pp", GOOD.replace("pp: 4 ", "pp: 5 ").replace("gpus_per_node: 4", "gpus_per_node: 5"),
-     "parallel.pp", r"5 does not divide model.layers \(24\)"),
-    ("gpu_count_mismatch", GOOD.replace("gpus_per_node: 4", "gpus_per_node: 8"), "parallel",
-     r"pp\(4\) x tp\(1\) x dp\(1\) = 4 != 8 GPUs"),
-    ("microbatches_below_one", GOOD.replace("global_batch: 32", "global_batch: 2"), "training.global_batch",
-     "less than one microbatch"),
-    ("global_batch_not_divisible", GOOD.replace("global_batch: 32", "global_batch: 30"), "training.global_batch",
-     r"30 is not divisible by training.micro_batch \(4\)"),
+    (
+        "layers_not_divisible_by_pp",
+        GOOD.replace("pp: 4 ", "pp: 5 ").replace("gpus_per_node: 4", "gpus_per_node: 5"),
+        "parallel.pp",
+        r"5 does not divide model.layers \(24\)",
+    ),
+    (
+        "gpu_count_mismatch",
+        GOOD.replace("gpus_per_node: 4", "gpus_per_node: 8"),
+        "parallel",
+        r"pp\(4\) x tp\(1\) x dp\(1\) = 4 != 8 GPUs",
+    ),
+    (
+        "microbatches_below_one",
+        GOOD.replace("global_batch: 32", "global_batch: 2"),
+        "training.global_batch",
+        "less than one microbatch",
+    ),
+    (
+        "global_batch_not_divisible",
+        GOOD.replace("global_batch: 32", "global_batch: 30"),
+        "training.global_batch",
+        r"30 is not divisible by training.micro_batch \(4\)",
+    ),
     ("unknown_gpu", GOOD.replace("A100-SXM-80GB", "B300"), "cluster.gpu", "B300"),
     ("unknown_preset", GOOD.replace("gpt3-1.3b", "gpt5"), "model.preset", "unknown preset 'gpt5'"),
     ("unknown_schedule", GOOD.replace("schedule: 1f1b", "schedule: zigzag"), "schedule", "zigzag"),
-    ("virtual_without_interleaved", GOOD.replace("dp: 1", "dp: 1\n  virtual: 2"), "parallel.virtual",
-     r"2 chunks per rank needs schedule 'interleaved' \(got '1f1b'"),
-    ("layers_not_divisible_by_pp_x_virtual",
-     GOOD.replace("dp: 1", "dp: 1\n  virtual: 4").replace("schedule: 1f1b", "schedule: interleaved"),
-     "parallel.virtual", r"parallel.pp \(4\) x parallel.virtual \(4\) = 16 stages does not divide model.layers \(24\)"),
-    ("interleaved_microbatches_not_multiple_of_pp",
-     GOOD.replace("dp: 1", "dp: 1\n  virtual: 2").replace("schedule: 1f1b", "schedule: interleaved")
-     .replace("global_batch: 32", "global_batch: 24"),
-     "training.global_batch", r"6 microbatches is not a multiple of parallel.pp \(4\)"),
+    (
+        "virtual_without_interleaved",
+        GOOD.replace("dp: 1", "dp: 1\n  virtual: 2"),
+        "parallel.virtual",
+        r"2 chunks per rank needs schedule 'interleaved' \(got '1f1b'",
+    ),
+    (
+        "layers_not_divisible_by_pp_x_virtual",
+        GOOD.replace("dp: 1", "dp: 1\n  virtual: 4").replace("schedule: 1f1b", "schedule: interleaved"),
+        "parallel.virtual",
+        r"parallel.pp \(4\) x parallel.virtual \(4\) = 16 stages does not divide model.layers \(24\)",
+    ),
+    (
+        "interleaved_microbatches_not_multiple_of_pp",
+        GOOD.replace("dp: 1", "dp: 1\n  virtual: 2")
+        .replace("schedule: 1f1b", "schedule: interleaved")
+        .replace("global_batch: 32", "global_batch: 24"),
+        "training.global_batch",
+        r"6 microbatches is not a multiple of parallel.pp \(4\)",
+    ),
     ("yaml_syntax", GOOD.replace("nodes: 1", "nodes: [1"), "-", "invalid YAML at line"),
     ("not_a_mapping", "- just\n- a list\n", "-", "top level must be a mapping"),
     ("missing_file", None, "-", "no such file"),
     ("zero_stage_out_of_range", GOOD.replace("  dp: 1", "  dp: 1\n  zero: 4"), "parallel.zero", "<= 3"),
-    ("layout_order_repeats_an_axis", GOOD.replace("  dp: 1", "  dp: 1\n  order: [dp, dp, tp]"), "parallel.order",
-     "must name dp, pp and tp once each"),
+    (
+        "layout_order_repeats_an_axis",
+        GOOD.replace("  dp: 1", "  dp: 1\n  order: [dp, dp, tp]"),
+        "parallel.order",
+        "must name dp, pp and tp once each",
+    ),
     ("zero_bucket", GOOD.replace("  dp: 1", "  dp: 1\n  bucket: 0MB"), "parallel.bucket", "> 0"),
-    ("heads_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 3").replace("gpus_per_node: 4", "gpus_per_node: 12"),
-     "parallel.tp", r"3 does not divide model.heads \(16\)"),
-    ("sequence_parallel_without_tp", GOOD.replace("  dp: 1", "  dp: 1\n  sequence_parallel: true"),
-     "parallel.sequence_parallel", "needs parallel.tp > 1"),
-    ("shadow_heads_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 4").replace("gpus_per_node: 4", "gpus_per_node: 16")
-     + "  heads: 2\n", "numerics.heads", r"2 is not divisible by parallel.tp \(4\)"),
-    ("shadow_seq_not_divisible_by_tp", GOOD.replace("  tp: 1", "  tp: 2\n  sequence_parallel: true")
-     .replace("gpus_per_node: 4", "gpus_per_node: 8") + "  seq_len: 7\n", "numerics.seq_len",
-     r"7 is not divisible by parallel.tp \(2\)"),
-    ("moe_top_k_above_experts",
-     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 9}\n  preset: gpt3-1.3b"), "model.moe.top_k",
-     r"9 > model.moe.experts \(8\)"),
-    ("moe_zero_capacity_factor",
-     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2, capacity_factor: 0}\n  preset: gpt3-1.3b"),
-     "model.moe.capacity_factor", "must be > 0, got 0"),
+    (
+        "heads_not_divisible_by_tp",
+        GOOD.replace("  tp: 1", "  tp: 3").replace("gpus_per_node: 4", "gpus_per_node: 12"),
+        "parallel.tp",
+        r"3 does not divide model.heads \(16\)",
+    ),
+    (
+        "sequence_parallel_without_tp",
+        GOOD.replace("  dp: 1", "  dp: 1\n  sequence_parallel: true"),
+        "parallel.sequence_parallel",
+        "needs parallel.tp > 1",
+    ),
+    (
+        "shadow_heads_not_divisible_by_tp",
+        GOOD.replace("  tp: 1", "  tp: 4").replace("gpus_per_node: 4", "gpus_per_node: 16") + "  heads: 2\n",
+        "numerics.heads",
+        r"2 is not divisible by parallel.tp \(4\)",
+    ),
+    (
+        "shadow_seq_not_divisible_by_tp",
+        GOOD.replace("  tp: 1", "  tp: 2\n  sequence_parallel: true").replace("gpus_per_node: 4", "gpus_per_node: 8")
+        + "  seq_len: 7\n",
+        "numerics.seq_len",
+        r"7 is not divisible by parallel.tp \(2\)",
+    ),
+    (
+        "moe_top_k_above_experts",
+        GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 9}\n  preset: gpt3-1.3b"),
+        "model.moe.top_k",
+        r"9 > model.moe.experts \(8\)",
+    ),
+    (
+        "moe_zero_capacity_factor",
+        GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2, capacity_factor: 0}\n  preset: gpt3-1.3b"),
+        "model.moe.capacity_factor",
+        "must be > 0, got 0",
+    ),
     ("ep_on_a_dense_model", GOOD.replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep", "needs an MoE model"),
-    ("ep_not_dividing_experts",
-     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 6, top_k: 2}\n  preset: gpt3-1.3b")
-     .replace("  dp: 1", "  dp: 4\n  ep: 4").replace("gpus_per_node: 4", "gpus_per_node: 16"),
-     "parallel.ep", r"4 does not divide model.moe.experts \(6\)"),
-    ("ep_not_dividing_dp", GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
-     .replace("  dp: 1", "  dp: 1\n  ep: 2"), "parallel.ep",
-     r"2 does not divide parallel.dp \(1\): expert-parallel groups are carved out of the data-parallel group"),
-    ("moe_shadow_tokens_not_divisible_by_tp",
-     GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
-     .replace("  pp: 4", "  pp: 2").replace("  tp: 1", "  tp: 2") + "  seq_len: 7\n  micro_batch: 1\n",
-     "numerics.seq_len", r"7 x numerics.micro_batch \(1\) = 7 tokens is not divisible by parallel.tp \(2\): each "
-     "tensor-parallel rank of the shadow model routes 1/tp of a microbatch's tokens$"),
-    ("hot_expert_on_a_dense_model", GOOD.replace("  enabled: true", "  enabled: true\n  hot_expert_bias: 0.1"),
-     "numerics.hot_expert_bias", "needs an MoE model"),
+    (
+        "ep_not_dividing_experts",
+        GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 6, top_k: 2}\n  preset: gpt3-1.3b")
+        .replace("  dp: 1", "  dp: 4\n  ep: 4")
+        .replace("gpus_per_node: 4", "gpus_per_node: 16"),
+        "parallel.ep",
+        r"4 does not divide model.moe.experts \(6\)",
+    ),
+    (
+        "ep_not_dividing_dp",
+        GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b").replace(
+            "  dp: 1", "  dp: 1\n  ep: 2"
+        ),
+        "parallel.ep",
+        r"2 does not divide parallel.dp \(1\): expert-parallel groups are carved out of the data-parallel group",
+    ),
+    (
+        "moe_shadow_tokens_not_divisible_by_tp",
+        GOOD.replace("  preset: gpt3-1.3b", "  moe: {experts: 8, top_k: 2}\n  preset: gpt3-1.3b")
+        .replace("  pp: 4", "  pp: 2")
+        .replace("  tp: 1", "  tp: 2")
+        + "  seq_len: 7\n  micro_batch: 1\n",
+        "numerics.seq_len",
+        r"7 x numerics.micro_batch \(1\) = 7 tokens is not divisible by parallel.tp \(2\): each "
+        "tensor-parallel rank of the shadow model routes 1/tp of a microbatch's tokens$",
+    ),
+    (
+        "hot_expert_on_a_dense_model",
+        GOOD.replace("  enabled: true", "  enabled: true\n  hot_expert_bias: 0.1"),
+        "numerics.hot_expert_bias",
+        "needs an MoE model",
+    ),
 ]
 
 
@@ -99,8 +170,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, case,
 def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(GOOD.replace("pp: 4 ", "pp: 0 "))
-    proc = subprocess.run([sys.executable, "-m", "clustersim.sim.cli", "run", str(path), "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustersim.sim.cli", "run", str(path), "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2
     assert proc.stderr == f"clustersim: error: {path}: parallel.pp: must be > 0, got 0\n"
     assert not (tmp_path / "out").exists()
@@ -122,8 +197,23 @@ def test_schedule_grid_has_one_row_per_rank(capsys):
 
 def test_interleaved_schedule_json_puts_chunk_c_of_rank_r_on_stage_c_p_plus_r(capsys):
     p, v, m = 4, 3, 8
-    assert main(["schedule", "--kind", "interleaved", "--pp", str(p), "--virtual", str(v), "--microbatches", str(m),
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "schedule",
+                "--kind",
+                "interleaved",
+                "--pp",
+                str(p),
+                "--virtual",
+                str(v),
+                "--microbatches",
+                str(m),
+                "--json",
+            ]
+        )
+        == 0
+    )
     ranks = json.loads(capsys.readouterr().out)["ranks"]
     assert sorted(ranks) == [str(r) for r in range(p)]
     for r, ops in ranks.items():
@@ -157,14 +247,26 @@ def test_interleaved_schedule_grid_is_megatrons_order(capsys):
     assert capsys.readouterr().out == INTERLEAVED_P2_V2_M4
 
 
-@pytest.mark.parametrize("argv,flag,reason", [
-    (["--kind", "interleaved", "--pp", "4", "--virtual", "2", "--microbatches", "6"], "--microbatches",
-     r"interleaved schedule needs microbatches \(6\) to be a multiple of pp \(4\)"),
-    (["--kind", "1f1b", "--pp", "4", "--virtual", "2", "--microbatches", "8"], "--virtual",
-     r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2"),
-    (["--kind", "interleaved", "--pp", "4", "--virtual", "0", "--microbatches", "8"], "--virtual",
-     r"must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "argv,flag,reason",
+    [
+        (
+            ["--kind", "interleaved", "--pp", "4", "--virtual", "2", "--microbatches", "6"],
+            "--microbatches",
+            r"interleaved schedule needs microbatches \(6\) to be a multiple of pp \(4\)",
+        ),
+        (
+            ["--kind", "1f1b", "--pp", "4", "--virtual", "2", "--microbatches", "8"],
+            "--virtual",
+            r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2",
+        ),
+        (
+            ["--kind", "interleaved", "--pp", "4", "--virtual", "0", "--microbatches", "8"],
+            "--virtual",
+            r"must be >= 1, got 0",
+        ),
+    ],
+)
 def test_schedule_rejects_what_it_cannot_schedule_in_one_line(capsys, argv, flag, reason):
     assert main(["schedule", *argv]) == 2
     err = capsys.readouterr().err

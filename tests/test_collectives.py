@@ -19,8 +19,8 @@ from clustersim.topologies.ring import ring
 from clustersim.topologies.spec import parse_spec
 from clustersim.topologies.switch import switch
 
-B = 100e9    # bytes/s per link direction
-A = 1e-6     # seconds per link
+B = 100e9  # bytes/s per link direction
+A = 1e-6  # seconds per link
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 SWEEP = parse_sizes("1KiB:1GiB")  # 21 sizes
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
@@ -31,6 +31,7 @@ def close(t: float, expected: float, rel: float = 1e-9) -> bool:
 
 
 # --- time: closed forms -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [4, 8, 16])
 def test_ring_all_reduce_on_a_ring_is_2_n_minus_1_steps_of_alpha_plus_m_over_nb(n):
@@ -51,8 +52,9 @@ def test_ring_all_reduce_busbw_at_1GiB_is_within_1_percent_of_the_link(n):
 def test_bidirectional_ring_uses_both_directions(n):
     graph = ring(n, B, A)
     for m in (KiB, MiB, GiB):
-        assert close(time_collective(graph, "all_reduce", "ring_bidir", None, m)[0],
-                     2 * (n - 1) * (A + m / (2 * n * B)))
+        assert close(
+            time_collective(graph, "all_reduce", "ring_bidir", None, m)[0], 2 * (n - 1) * (A + m / (2 * n * B))
+        )
         for op in ("reduce_scatter", "all_gather"):
             assert close(time_collective(graph, op, "ring_bidir", None, m)[0], (n - 1) * (A + m / (2 * n * B)))
             assert close(time_collective(graph, op, "ring", None, m)[0], (n - 1) * (A + m / (n * B)))
@@ -115,8 +117,8 @@ def test_hierarchical_all_reduce_closed_form_on_a_fat_tree():
     nodes, per_node, nvlink, nic, m = 4, 4, 400e9, 50e9, GiB
     graph = fat_tree(nodes, per_node, nvlink, nic, latency_s=A)
     t, _ = time_collective(graph, "all_reduce", "hierarchical", None, m)
-    intra = 2 * (per_node - 1) * (2 * A + m / (per_node * nvlink))       # GPU -> NVSwitch -> GPU
-    inter = 2 * (nodes - 1) * (4 * A + m / (per_node * nodes * nic))     # GPU -> NIC -> leaf -> NIC -> GPU
+    intra = 2 * (per_node - 1) * (2 * A + m / (per_node * nvlink))  # GPU -> NVSwitch -> GPU
+    inter = 2 * (nodes - 1) * (4 * A + m / (per_node * nodes * nic))  # GPU -> NIC -> leaf -> NIC -> GPU
     assert close(t, intra + inter)
     assert t < time_collective(graph, "all_reduce", "ring", None, m)[0] / 4
 
@@ -139,12 +141,15 @@ def test_timing_does_not_depend_on_the_small_buffers():
 
 # --- data: every op x algorithm gives numpy's answer --------------------------------------------
 
+
 def make_inputs(op: str, n: int, dtype, rng, counts=None) -> list[np.ndarray]:
     """Lengths chosen not to divide by n, so chunk remainders are exercised."""
+
     def draw(size):
         if np.issubdtype(dtype, np.integer):
             return rng.integers(-50, 50, size=size).astype(dtype)
         return rng.standard_normal(size).astype(dtype)
+
     if op in ("all_gather", "gather"):
         return [draw(r % 3 + 1) for r in range(n)]
     if op == "all_to_all":
@@ -185,8 +190,11 @@ def assert_matches(got: list, want: list, x: list[np.ndarray], op: str, reduce_o
     sum |x_i| of the exact sum (Higham, Accuracy and Stability of Numerical Algorithms, sec. 4.2;
     u = eps/2), so that is the bound we allow, element by element."""
     assert len(got) == len(want)
-    exact = (np.issubdtype(x[0].dtype, np.integer) or reduce_op in ("max", "min")
-             or op not in ("all_reduce", "reduce", "reduce_scatter"))
+    exact = (
+        np.issubdtype(x[0].dtype, np.integer)
+        or reduce_op in ("max", "min")
+        or op not in ("all_reduce", "reduce", "reduce_scatter")
+    )
     if not exact:
         k, u = len(x) - 1, np.finfo(x[0].dtype).eps / 2
         bound = k * u / (1 - k * u) * np.sum(np.abs(np.stack(x).astype(np.float64)), axis=0)
@@ -243,8 +251,17 @@ def test_every_algorithm_matches_numpy_on_a_switch(op, algo):
 
 
 @pytest.mark.parametrize("op,algo", PAIRS, ids=[f"{o}-{a}" for o, a in PAIRS])
-@pytest.mark.parametrize("spec", ["ring:6", "torus:4x4", "torus:2x2x2", "mesh:3x3",
-                                  "fattree:nodes=3,gpus_per_node=2", "fattree:nodes=2,gpus_per_node=4"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "ring:6",
+        "torus:4x4",
+        "torus:2x2x2",
+        "mesh:3x3",
+        "fattree:nodes=3,gpus_per_node=2",
+        "fattree:nodes=2,gpus_per_node=4",
+    ],
+)
 def test_every_algorithm_matches_numpy_on_every_topology(spec, op, algo):
     graph = parse_spec(spec)
     n = describe(graph).num_gpus
@@ -283,9 +300,13 @@ def test_p2p_pair_swaps_buffers():
 
 # --- names, auto and errors ---------------------------------------------------------------------
 
+
 def test_a_miss_lists_the_valid_names():
-    with pytest.raises(CollectiveError, match=r"unknown algorithm 'rings' for all_gather \(valid: auto, ring, "
-                                              r"ring_bidir, halving_doubling, direct\)"):
+    with pytest.raises(
+        CollectiveError,
+        match=r"unknown algorithm 'rings' for all_gather \(valid: auto, ring, "
+        r"ring_bidir, halving_doubling, direct\)",
+    ):
         time_collective(switch(4, B, A), "all_gather", "rings", None, KiB)
     with pytest.raises(CollectiveError, match="unknown collective 'allreduce'.*all_reduce"):
         time_collective(switch(4, B, A), "allreduce", "ring", None, KiB)
@@ -298,26 +319,33 @@ def test_a_miss_lists_the_valid_names():
 def test_every_collective_has_algorithms_and_a_busbw_factor():
     assert set(ALGORITHMS) == set(OPS) == set(BUSBW_FACTOR)
     assert {op: BUSBW_FACTOR[op](8) for op in ("all_reduce", "all_gather", "all_to_all", "broadcast")} == {
-        "all_reduce": 1.75, "all_gather": 0.875, "all_to_all": 0.875, "broadcast": 1.0}
+        "all_reduce": 1.75,
+        "all_gather": 0.875,
+        "all_to_all": 0.875,
+        "broadcast": 1.0,
+    }
 
 
-@pytest.mark.parametrize("spec,op,nbytes,algo", [
-    ("torus:4x4x4", "all_reduce", GiB, "torus"),
-    ("torus:4x4", "all_reduce", KiB, "torus"),
-    ("fattree:nodes=4,gpus_per_node=8", "all_reduce", GiB, "hierarchical"),
-    ("fattree:nodes=4,gpus_per_node=8", "all_to_all", GiB, "direct"),
-    ("switch:8", "all_reduce", 64 * KiB, "halving_doubling"),
-    ("switch:6", "all_reduce", 64 * KiB, "tree"),
-    ("switch:8", "all_reduce", GiB, "ring"),
-    ("ring:8", "all_reduce", GiB, "ring"),
-    ("ring:8", "all_gather", KiB, "halving_doubling"),
-    ("ring:6", "reduce_scatter", KiB, "ring"),
-    ("switch:8", "broadcast", KiB, "tree"),
-    ("switch:8", "reduce", GiB, "ring"),
-    ("switch:8", "gather", KiB, "tree"),
-    ("switch:8", "scatter", GiB, "direct"),
-    ("switch:8", "p2p", GiB, "direct"),
-])
+@pytest.mark.parametrize(
+    "spec,op,nbytes,algo",
+    [
+        ("torus:4x4x4", "all_reduce", GiB, "torus"),
+        ("torus:4x4", "all_reduce", KiB, "torus"),
+        ("fattree:nodes=4,gpus_per_node=8", "all_reduce", GiB, "hierarchical"),
+        ("fattree:nodes=4,gpus_per_node=8", "all_to_all", GiB, "direct"),
+        ("switch:8", "all_reduce", 64 * KiB, "halving_doubling"),
+        ("switch:6", "all_reduce", 64 * KiB, "tree"),
+        ("switch:8", "all_reduce", GiB, "ring"),
+        ("ring:8", "all_reduce", GiB, "ring"),
+        ("ring:8", "all_gather", KiB, "halving_doubling"),
+        ("ring:6", "reduce_scatter", KiB, "ring"),
+        ("switch:8", "broadcast", KiB, "tree"),
+        ("switch:8", "reduce", GiB, "ring"),
+        ("switch:8", "gather", KiB, "tree"),
+        ("switch:8", "scatter", GiB, "direct"),
+        ("switch:8", "p2p", GiB, "direct"),
+    ],
+)
 def test_auto_picks_what_the_registry_documents(spec, op, nbytes, algo):
     graph = parse_spec(spec)
     assert resolve(graph, op, "auto", range(describe(graph).num_gpus), nbytes) == algo
@@ -332,6 +360,7 @@ def test_auto_on_part_of_a_torus_or_one_node_is_flat():
 
 # --- the command line ---------------------------------------------------------------------------
 
+
 def test_parse_sizes_doubles_like_nccl_tests():
     assert len(SWEEP) == 21 and SWEEP[0] == KiB and SWEEP[-1] == GiB
     assert all(b == 2 * a for a, b in zip(SWEEP, SWEEP[1:]))
@@ -340,8 +369,25 @@ def test_parse_sizes_doubles_like_nccl_tests():
 
 
 def test_cli_prints_an_nccl_tests_table(capsys):
-    assert main(["collective", "all_reduce", "--topology", "ring:8", "--sizes", "1KiB:4KiB", "--algo", "ring",
-                 "--bandwidth", "100GB/s", "--latency", "1us"]) == 0
+    assert (
+        main(
+            [
+                "collective",
+                "all_reduce",
+                "--topology",
+                "ring:8",
+                "--sizes",
+                "1KiB:4KiB",
+                "--algo",
+                "ring",
+                "--bandwidth",
+                "100GB/s",
+                "--latency",
+                "1us",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("# all_reduce on ring:8")
     for header in ("size (B)", "count", "type", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"):
@@ -359,19 +405,29 @@ def test_cli_json_rows(capsys):
     assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 3 / 4) and row["wrong"] == 0
 
 
-@pytest.mark.parametrize("args,flag,reason", [
-    (["allreduce", "--topology", "ring:4", "--sizes", "1KiB"], "OP", "unknown collective 'allreduce'"),
-    (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--algo", "rign"], "--algo", "valid: auto, ring"),
-    (["all_reduce", "--topology", "switch:4", "--sizes", "1KiB", "--algo", "torus"], "--algo", "torus topology"),
-    (["all_reduce", "--topology", "switch:6", "--sizes", "1KiB", "--algo", "halving_doubling"], "--algo",
-     "power-of-two"),
-    (["all_reduce", "--topology", "hypercube:4", "--sizes", "1KiB"], "--topology", "unknown kind"),
-    (["all_reduce", "--topology", "ring:4", "--sizes", "1GiB:1KiB"], "--sizes", "below the smallest"),
-    (["all_reduce", "--topology", "ring:4", "--sizes", "lots"], "--sizes", "not a size"),
-    (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--bandwidth", "fast"], "--bandwidth", "not a bandwidth"),
-    (["broadcast", "--topology", "ring:4", "--sizes", "1KiB", "--root", "4"], "--root", "not a GPU"),
-    (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--redop", "avg"], "--redop", "unknown redop"),
-])
+@pytest.mark.parametrize(
+    "args,flag,reason",
+    [
+        (["allreduce", "--topology", "ring:4", "--sizes", "1KiB"], "OP", "unknown collective 'allreduce'"),
+        (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--algo", "rign"], "--algo", "valid: auto, ring"),
+        (["all_reduce", "--topology", "switch:4", "--sizes", "1KiB", "--algo", "torus"], "--algo", "torus topology"),
+        (
+            ["all_reduce", "--topology", "switch:6", "--sizes", "1KiB", "--algo", "halving_doubling"],
+            "--algo",
+            "power-of-two",
+        ),
+        (["all_reduce", "--topology", "hypercube:4", "--sizes", "1KiB"], "--topology", "unknown kind"),
+        (["all_reduce", "--topology", "ring:4", "--sizes", "1GiB:1KiB"], "--sizes", "below the smallest"),
+        (["all_reduce", "--topology", "ring:4", "--sizes", "lots"], "--sizes", "not a size"),
+        (
+            ["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--bandwidth", "fast"],
+            "--bandwidth",
+            "not a bandwidth",
+        ),
+        (["broadcast", "--topology", "ring:4", "--sizes", "1KiB", "--root", "4"], "--root", "not a GPU"),
+        (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--redop", "avg"], "--redop", "unknown redop"),
+    ],
+)
 def test_cli_bad_options_are_one_line_and_exit_2(capsys, args, flag, reason):
     assert main(["collective", *args]) == 2
     err = capsys.readouterr().err

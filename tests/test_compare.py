@@ -27,8 +27,9 @@ parallel: {pp: 2, dp: 2, tp: 2, zero: 1, sequence_parallel: true}
 schedule: 1f1b
 numerics: {enabled: false}
 """
-RING = SWITCH.replace("small-switch", "small-ring").replace("kind: switch, link_bandwidth: 300GB/s",
-                                                            "kind: ring, link_bandwidth: 100GB/s")
+RING = SWITCH.replace("small-switch", "small-ring").replace(
+    "kind: switch, link_bandwidth: 300GB/s", "kind: ring, link_bandwidth: 100GB/s"
+)
 
 
 def span(rank, stream, label, phase, start, end, nbytes=0.0):
@@ -45,11 +46,16 @@ def hand_log(spans, num_ranks=2):
 #   rank 0: compute 3; all_reduce [2,4] = 2; p2p [4,5] = 1 ([3,4] is all_reduce's); bubble [5,6] [7,8] = 2
 #   rank 1: compute 1; all_to_all [0,3] = 3; all_reduce [3,5] = 2; p2p [5,6] = 1; bubble [6,7] = 1
 HAND = [
-    span(0, "compute", "F0@0", "F", 0.0, 2.0), span(0, "dp", "ALL_REDUCE g0", "ALL_REDUCE", 1.0, 4.0),
-    span(0, "tp", "ALL_REDUCE t0", "ALL_REDUCE", 1.5, 3.5), span(0, "send", "SEND F0@0", "SEND", 3.0, 5.0),
-    span(0, "dp", "ALL_GATHER g1", "ALL_GATHER", 5.5, 5.5), span(0, "compute", "B0@0", "B", 6.0, 7.0),
-    span(1, "ep", "ALL_TO_ALL a0", "ALL_TO_ALL", 0.0, 3.0), span(1, "dp", "ALL_REDUCE g0", "ALL_REDUCE", 2.0, 5.0),
-    span(1, "recv", "RECV F0@0", "RECV", 4.0, 6.0), span(1, "compute", "OPT@1", "OPT", 7.0, 8.0),
+    span(0, "compute", "F0@0", "F", 0.0, 2.0),
+    span(0, "dp", "ALL_REDUCE g0", "ALL_REDUCE", 1.0, 4.0),
+    span(0, "tp", "ALL_REDUCE t0", "ALL_REDUCE", 1.5, 3.5),
+    span(0, "send", "SEND F0@0", "SEND", 3.0, 5.0),
+    span(0, "dp", "ALL_GATHER g1", "ALL_GATHER", 5.5, 5.5),
+    span(0, "compute", "B0@0", "B", 6.0, 7.0),
+    span(1, "ep", "ALL_TO_ALL a0", "ALL_TO_ALL", 0.0, 3.0),
+    span(1, "dp", "ALL_REDUCE g0", "ALL_REDUCE", 2.0, 5.0),
+    span(1, "recv", "RECV F0@0", "RECV", 4.0, 6.0),
+    span(1, "compute", "OPT@1", "OPT", 7.0, 8.0),
 ]
 
 
@@ -71,17 +77,23 @@ def test_breakdown_of_a_hand_made_log_has_the_known_answers():
 
 
 def test_priority_order_decides_between_kinds_active_at_once():
-    both = [span(0, "dp", "ALL_GATHER x", "ALL_GATHER", 0.0, 2.0),
-            span(0, "tp", "REDUCE_SCATTER y", "REDUCE_SCATTER", 1.0, 3.0),
-            span(0, "send", "SEND F0@0", "SEND", 0.0, 4.0)]
+    both = [
+        span(0, "dp", "ALL_GATHER x", "ALL_GATHER", 0.0, 2.0),
+        span(0, "tp", "REDUCE_SCATTER y", "REDUCE_SCATTER", 1.0, 3.0),
+        span(0, "send", "SEND F0@0", "SEND", 0.0, 4.0),
+    ]
     exposed = step_breakdown(hand_log(both, 1)).exposed_s
     # reduce_scatter outranks all_gather on [1, 2]; p2p only owns what no collective covers
     assert (exposed["reduce_scatter"][0], exposed["all_gather"][0], exposed["p2p"][0]) == (2.0, 1.0, 1.0)
 
 
 def test_a_recv_counts_only_from_when_its_message_left_the_sender():
-    spans = [span(0, "compute", "F0@0", "F", 0.0, 2.0), span(0, "send", "SEND F0@0", "SEND", 2.0, 3.0),
-             span(1, "recv", "RECV F0@0", "RECV", 0.0, 3.0), span(1, "compute", "F0@1", "F", 3.0, 5.0)]
+    spans = [
+        span(0, "compute", "F0@0", "F", 0.0, 2.0),
+        span(0, "send", "SEND F0@0", "SEND", 2.0, 3.0),
+        span(1, "recv", "RECV F0@0", "RECV", 0.0, 3.0),
+        span(1, "compute", "F0@1", "F", 3.0, 5.0),
+    ]
     whole = step_breakdown(hand_log(spans))
     assert whole.exposed_s["p2p"][1] == 3.0 and whole.bubble_s[1] == 0.0  # the wait for stage 0 looks like p2p
     sent = step_breakdown(hand_log(spans), sent_s={(1, "recv", "RECV F0@0"): 2.0})
@@ -101,10 +113,16 @@ def test_an_empty_log_is_all_zeros():
 def test_alltoall_busbw_is_nccl_tests_bus_bandwidth():
     # groups of 4; rank 0 sends 3 GB in 3 s, rank 1 1 GB in 1 s: algbw 1 GB/s each, busbw x 3/4
     a2a = "ALL_TO_ALL"
-    spans = [span(0, "ep", f"{a2a} a", a2a, 0.0, 3.0), span(1, "ep", f"{a2a} a", a2a, 2.0, 3.0),
-             span(2, "ep", f"{a2a} b", a2a, 1.0, 1.0)]  # zero length: left out
-    sizes = {(0, "ep", "ALL_TO_ALL a"): (4, 3e9), (1, "ep", "ALL_TO_ALL a"): (4, 1e9),
-             (2, "ep", "ALL_TO_ALL b"): (4, 1e9)}
+    spans = [
+        span(0, "ep", f"{a2a} a", a2a, 0.0, 3.0),
+        span(1, "ep", f"{a2a} a", a2a, 2.0, 3.0),
+        span(2, "ep", f"{a2a} b", a2a, 1.0, 1.0),
+    ]  # zero length: left out
+    sizes = {
+        (0, "ep", "ALL_TO_ALL a"): (4, 3e9),
+        (1, "ep", "ALL_TO_ALL a"): (4, 1e9),
+        (2, "ep", "ALL_TO_ALL b"): (4, 1e9),
+    }
     assert alltoall_busbw_GBps(hand_log(spans, 3), sizes) == pytest.approx(0.75)
     assert alltoall_busbw_GBps(hand_log([], 1), {}) is None
     # a tiny exchange (8 bytes in 1 ms) adds its bytes and its time, it does not halve the figure
@@ -148,8 +166,19 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
         assert (tmp_path / "first" / name).read_bytes() == (second / name).read_bytes(), name
     rows = json.loads((second / "compare.json").read_text())
     assert [r["name"] for r in rows] == ["small-switch", "small-ring"]
-    assert list(rows[0]) == ["name", "step_time_s", "compute_s", "bubble_s", "exposed_comm_s", "alltoall_time_s",
-                             "allreduce_time_s", "bubble_ratio_mean", "mfu", "hottest_links", "alltoall_busbw_GBps"]
+    assert list(rows[0]) == [
+        "name",
+        "step_time_s",
+        "compute_s",
+        "bubble_s",
+        "exposed_comm_s",
+        "alltoall_time_s",
+        "allreduce_time_s",
+        "bubble_ratio_mean",
+        "mfu",
+        "hottest_links",
+        "alltoall_busbw_GBps",
+    ]
     for r in rows:
         assert abs(r["compute_s"] + r["bubble_s"] + sum(r["exposed_comm_s"].values()) - r["step_time_s"]) <= 1e-9
         assert list(r["exposed_comm_s"]) == list(EXPOSED_KINDS) and len(r["hottest_links"]) == 3
@@ -161,11 +190,17 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
     assert (second / "compare.png").read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.parametrize("argv,field", [
-    (["good.yaml", "bad.yaml"], "bad.yaml: parallel.pp: "),
-    (["good.yaml", "missing.yaml"], "missing.yaml: -: no such file"),
-    (["good.yaml"], "(command line): SCENARIO: compare needs at least two scenarios (files, or a file's variants), got 1"),
-])
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["good.yaml", "bad.yaml"], "bad.yaml: parallel.pp: "),
+        (["good.yaml", "missing.yaml"], "missing.yaml: -: no such file"),
+        (
+            ["good.yaml"],
+            "(command line): SCENARIO: compare needs at least two scenarios (files, or a file's variants), got 1",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, field):
     (tmp_path / "good.yaml").write_text(SWITCH)
     (tmp_path / "bad.yaml").write_text(RING.replace("pp: 2,", "pp: 0,"))

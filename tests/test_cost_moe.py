@@ -31,11 +31,13 @@ def test_per_layer_functions_equal_the_dense_ones_on_every_layer_of_a_dense_mode
     for i in range(m.layers):
         assert cost.model_layer_params(m, i) == cost.layer_params(m.hidden, m.ffn, m.gated_mlp)
         assert cost.model_layer_active_params(m, i) == cost.model_layer_params(m, i)
-        assert cost.model_layer_forward_flops(m, 3, i) == cost.layer_forward_flops(3, m.seq_len, m.hidden, m.ffn,
-                                                                                  m.gated_mlp)
+        assert cost.model_layer_forward_flops(m, 3, i) == cost.layer_forward_flops(
+            3, m.seq_len, m.hidden, m.ffn, m.gated_mlp
+        )
         for mode in ("none", "selective", "full"):
             assert cost.model_layer_recompute_flops(m, 3, i, mode) == cost.recompute_flops(
-                3, m.seq_len, m.hidden, m.ffn, m.gated_mlp, mode)
+                3, m.seq_len, m.hidden, m.ffn, m.gated_mlp, mode
+            )
 
 
 def test_dense_layers_of_an_moe_model_are_dense_layers():
@@ -156,7 +158,14 @@ def totals(spec: ModelSpec) -> tuple[int, int]:
 def test_mixtral_shape_matches_the_paper():
     m = MODELS["mixtral-8x7b"]
     assert (m.layers, m.hidden, m.heads, m.hidden // m.heads, m.ffn, m.vocab, m.seq_len) == (
-        32, 4096, 32, 128, 14336, 32000, 32768)
+        32,
+        4096,
+        32,
+        128,
+        14336,
+        32000,
+        32768,
+    )
     assert (m.moe.num_experts, m.moe.top_k, m.moe.expert_ffn, m.moe.shared_experts) == (8, 2, 14336, 0)
     assert m.gated_mlp and m.moe.moe_layers(m.layers) == tuple(range(32))
 
@@ -199,8 +208,15 @@ def test_deepseek_v3_like_parameter_totals_within_the_mla_gap():
     active_without_embedding = active - m.vocab * m.hidden
     assert total == pytest.approx(671e9, rel=0.005)
     assert active_without_embedding == pytest.approx(37e9, rel=0.03)
-    mla = 7168 * 1536 + 1536 + 1536 * 128 * (128 + 64) + 7168 * (512 + 64) + 512 + 512 * 128 * (128 + 128) \
+    mla = (
+        7168 * 1536
+        + 1536
+        + 1536 * 128 * (128 + 64)
+        + 7168 * (512 + 64)
+        + 512
+        + 512 * 128 * (128 + 128)
         + 128 * 128 * 7168
+    )
     assert mla == 187_107_328
     mla_gap = m.layers * (cost.attention_params(m.hidden) - mla)
     assert mla_gap == pytest.approx(1.125e9, rel=1e-3)

@@ -22,9 +22,15 @@ def dp_program(dp: int, pp: int, zero: int, m: int = 1, bucket_bytes: float = 10
     layout = Layout(dp=dp, pp=pp, tp=1)
     replicas = []
     for d in range(dp):
-        local = build_program(rank_order("1f1b", pp, m), m, stage_ranks(pp), 1e6,
-                              forward_flops=lambda s: 1e12, backward_flops=lambda s: 2e12,
-                              optimizer_bytes=lambda s: 1e9)
+        local = build_program(
+            rank_order("1f1b", pp, m),
+            m,
+            stage_ranks(pp),
+            1e6,
+            forward_flops=lambda s: 1e12,
+            backward_flops=lambda s: 2e12,
+            optimizer_bytes=lambda s: 1e9,
+        )
         replicas.append(local.relabel(dict(enumerate(layout.pp_group(d, 0)))))
     program = add_data_parallel(Program.merge(replicas), layout, lambda s: WEIGHT_BYTES, zero, bucket_bytes)
     validate(program)
@@ -73,21 +79,35 @@ def test_gradient_collectives_wait_for_the_last_backward_and_the_step_for_them()
 
 def test_validator_rejects_a_member_that_never_joins():
     program = dp_program(2, 1, 0)
-    program.ops[1] = [dataclasses.replace(op, deps=()) if op.label == "OPT@0" else op
-                      for op in program.ops[1] if not isinstance(op, Collective)]
-    with pytest.raises(ProgramError, match=r"rank 0, op \d+ \(ALL_REDUCE grads@0.t0.b0\): member rank 1 never joins it"):
+    program.ops[1] = [
+        dataclasses.replace(op, deps=()) if op.label == "OPT@0" else op
+        for op in program.ops[1]
+        if not isinstance(op, Collective)
+    ]
+    with pytest.raises(
+        ProgramError, match=r"rank 0, op \d+ \(ALL_REDUCE grads@0.t0.b0\): member rank 1 never joins it"
+    ):
         validate(program)
 
 
 def numerics_run(dp: int, pp: int, zero: int, m: int, buckets: int = 3, optimizer: str = "adam") -> dict:
     from clustersim.sim.numerics.data_parallel import DataParallelNumerics
     from clustersim.sim.numerics.transformer import ShadowConfig
+
     cfg = ShadowConfig(layers=2 * pp, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
     layout = Layout(dp=dp, pp=pp, tp=1)
     program = dp_program(dp, pp, zero, m=m, bucket_bytes=WEIGHT_BYTES / buckets)
-    numerics = DataParallelNumerics(cfg, [dict(enumerate(layout.pp_group(d, 0))) for d in range(dp)], m, 2,
-                                    seed=3, optimizer=optimizer, lr=0.01, zero=zero,
-                                    buckets={("grads", s): buckets for s in range(pp)})
+    numerics = DataParallelNumerics(
+        cfg,
+        [dict(enumerate(layout.pp_group(d, 0))) for d in range(dp)],
+        m,
+        2,
+        seed=3,
+        optimizer=optimizer,
+        lr=0.01,
+        zero=zero,
+        buckets={("grads", s): buckets for s in range(pp)},
+    )
     network = Network(simpy.Environment(), switch(dp * pp, 100e9, 1e-6))
     run_program(program, network, compute_time_s=lambda op: op.flops / 1e14 + op.nbytes / 2e12, numerics=numerics)
     return numerics.finish()
@@ -105,11 +125,13 @@ def test_data_parallel_step_matches_one_device_on_the_global_batch(dp, pp, zero)
 def test_a_wrong_shard_is_caught():
     """Give the optimizer step the wrong chunk: the comparison with one device must fail."""
     from clustersim.sim.numerics import data_parallel
+
     original = data_parallel.DataParallelNumerics._chunk
 
     def shifted(self, rank, lo, hi):
         a, b = original(self, rank, lo, hi)
         return (a + 1, b + 1) if b < hi else (a, b)
+
     data_parallel.DataParallelNumerics._chunk = shifted
     try:
         with pytest.raises(Exception):
@@ -123,4 +145,5 @@ def test_a_nan_weight_is_an_infinite_error():
     import numpy as np
 
     from clustersim.sim.numerics.pipeline import max_errors
+
     assert max_errors({"w": np.array([np.nan, 1.0])}, {"w": np.array([1.0, 1.0])}) == (np.inf, np.inf)

@@ -6,24 +6,29 @@ from clustersim.schedules.ir import Collective, Compute, Recv, Send, format_op, 
 from clustersim.schedules.pipeline import build_program, rank_order
 
 
-@pytest.mark.parametrize("op", [
-    Compute("F", 3, 1),
-    Compute("B", 0, 7, 1.5e12, deps=("RECV B0@8",)),
-    Compute("OPT", None, 2, nbytes=3.0e9),
-    Compute("F", 1, 0, 2e12, 5e9),
-    Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",)),
-    Recv(0, ("B", 11, 0), 1e6, stream="p2p"),
-    Collective("all_reduce", "grads@1.b0", (1, 5), 1048576.0, "ring", deps=("B7@1",)),
-    Collective("all_gather", "params@0", (0, 2, 4, 6), 3e9),
-])
+@pytest.mark.parametrize(
+    "op",
+    [
+        Compute("F", 3, 1),
+        Compute("B", 0, 7, 1.5e12, deps=("RECV B0@8",)),
+        Compute("OPT", None, 2, nbytes=3.0e9),
+        Compute("F", 1, 0, 2e12, 5e9),
+        Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",)),
+        Recv(0, ("B", 11, 0), 1e6, stream="p2p"),
+        Collective("all_reduce", "grads@1.b0", (1, 5), 1048576.0, "ring", deps=("B7@1",)),
+        Collective("all_gather", "params@0", (0, 2, 4, 6), 3e9),
+    ],
+)
 def test_op_round_trips(op):
     assert parse_op(format_op(op)) == op
 
 
 def test_text_form_reads_well():
     assert format_op(Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",))) == "send: SEND F3@1 ->2 4096.0B after F3@1"
-    assert (format_op(Collective("all_reduce", "grads@1.b0", (1, 5), 1024.0, deps=("B7@1",)))
-            == "dp: ALL_REDUCE grads@1.b0 [1,5] 1024.0B auto after B7@1")
+    assert (
+        format_op(Collective("all_reduce", "grads@1.b0", (1, 5), 1024.0, deps=("B7@1",)))
+        == "dp: ALL_REDUCE grads@1.b0 [1,5] 1024.0B auto after B7@1"
+    )
 
 
 def test_program_round_trips():

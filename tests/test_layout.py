@@ -16,9 +16,11 @@ def test_default_order_keeps_tensor_parallel_ranks_consecutive():
 
 def test_every_rank_appears_once_in_each_kind_of_group():
     layout = Layout(dp=3, pp=2, tp=4, order=("pp", "tp", "dp"))
-    for groups in ([layout.tp_group(d, p) for d in range(3) for p in range(2)],
-                   [layout.pp_group(d, t) for d in range(3) for t in range(4)],
-                   [layout.dp_group(p, t) for p in range(2) for t in range(4)]):
+    for groups in (
+        [layout.tp_group(d, p) for d in range(3) for p in range(2)],
+        [layout.pp_group(d, t) for d in range(3) for t in range(4)],
+        [layout.dp_group(p, t) for p in range(2) for t in range(4)],
+    ):
         assert sorted(r for g in groups for r in g) == list(range(24))
     # order ("pp", "tp", "dp"): dp varies fastest
     assert layout.dp_group(0, 0) == (0, 1, 2)

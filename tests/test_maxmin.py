@@ -2,7 +2,6 @@
 cases solved by hand."""
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +20,9 @@ def rates_for(paths: list[list[int]], capacity: list[float]) -> np.ndarray:
 def incidences(draw):
     num_links = draw(st.integers(1, 12))
     capacity = draw(st.lists(st.floats(0.5, 100.0), min_size=num_links, max_size=num_links))
-    paths = draw(st.lists(st.lists(st.integers(0, num_links - 1), min_size=1, max_size=5, unique=True),
-                          min_size=1, max_size=25))
+    paths = draw(
+        st.lists(st.lists(st.integers(0, num_links - 1), min_size=1, max_size=5, unique=True), min_size=1, max_size=25)
+    )
     return paths, capacity
 
 
@@ -38,9 +38,11 @@ def test_no_link_over_capacity_and_every_flow_has_a_bottleneck(case):
     assert (load <= np.array(capacity) * (1 + 1e-9)).all()
     for i, path in enumerate(paths):
         # a saturated link on the path where no flow gets more than flow i
-        assert any(load[l] >= capacity[l] * (1 - 1e-9) and
-                   all(rates[j] <= rates[i] * (1 + 1e-9) for j, p in enumerate(paths) if l in p)
-                   for l in path), (i, path)
+        assert any(
+            load[l] >= capacity[l] * (1 - 1e-9)
+            and all(rates[j] <= rates[i] * (1 + 1e-9) for j, p in enumerate(paths) if l in p)
+            for l in path
+        ), (i, path)
 
 
 def test_textbook_example():
@@ -74,8 +76,11 @@ def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
     keep = rates_that_survive(rates, leaving)[~leaving]
     resumed = np.where(keep, rates[~leaving], 0.0)
     on_kept = np.repeat(keep, np.diff(ptr))
-    residual = np.maximum(np.array(capacity) - np.bincount(links[on_kept], weights=np.repeat(resumed, np.diff(ptr))[on_kept],
-                                                           minlength=len(capacity)), 0.0)
+    residual = np.maximum(
+        np.array(capacity)
+        - np.bincount(links[on_kept], weights=np.repeat(resumed, np.diff(ptr))[on_kept], minlength=len(capacity)),
+        0.0,
+    )
     unfrozen_on = np.bincount(links[~on_kept], minlength=len(capacity)).astype(float)
     fill(ptr, links, link_ptr, link_flows, residual, unfrozen_on, keep.copy(), resumed)
     np.testing.assert_allclose(resumed, fresh, rtol=1e-9)
@@ -83,13 +88,22 @@ def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
 
 def test_component_follows_shared_links_transitively():
     from clustersim.sim.network.flows import ActiveFlows
+
     flows = ActiveFlows(np.ones(5))
     paths = [[0, 1], [1, 2], [3], [2, 4]]  # 0-1 share link 1, 1-3 share link 2; flow 2 stands alone
     ptr = np.zeros(5, dtype=np.int64)
     np.cumsum([len(p) for p in paths], out=ptr[1:])
     n = len(paths)
-    flows.add(ptr, np.array([l for p in paths for l in p]), nbytes=np.ones(n), latency=np.zeros(n),
-              start=np.zeros(n), src=np.zeros(n, np.int64), dst=np.ones(n, np.int64), group=np.zeros(n, np.int64))
+    flows.add(
+        ptr,
+        np.array([l for p in paths for l in p]),
+        nbytes=np.ones(n),
+        latency=np.zeros(n),
+        start=np.zeros(n),
+        src=np.zeros(n, np.int64),
+        dst=np.ones(n, np.int64),
+        group=np.zeros(n, np.int64),
+    )
     assert flows.component(np.array([0])).tolist() == [0, 1, 3]
     assert flows.component(np.array([2])).tolist() == [2]
     flows.fill_component(np.arange(n), 0.0)

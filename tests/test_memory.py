@@ -9,7 +9,6 @@ import pytest
 import simpy
 
 from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
-from clustersim.sim.engine.loop import run_program
 from clustersim.sim.cost.memory import (
     CATEGORIES,
     activation_bytes_per_layer,
@@ -19,10 +18,11 @@ from clustersim.sim.cost.memory import (
     model_state_bytes,
     ranks_over_capacity,
 )
-from clustersim.sim.views.memory import plot_memory, worst_ranks
-from clustersim.sim.results.metrics import peak_inflight_microbatches_per_rank
-from clustersim.sim.network.network import Network
+from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.network.network import Network
+from clustersim.sim.results.metrics import peak_inflight_microbatches_per_rank
+from clustersim.sim.views.memory import plot_memory, worst_ranks
 from clustersim.topologies.switch import switch
 
 GB = 1e9  # the ZeRO paper's GB is decimal
@@ -34,8 +34,9 @@ def total(states: dict[str, float]) -> float:
     return states["weights"] + states["gradients"] + states["optimizer"]
 
 
-@pytest.mark.parametrize("stage, printed_gb, digit", [(0, 120, 0.5), (1, 31.4, 0.05), (2, 16.6, 0.05),
-                                                      (3, 1.88, 0.005)])
+@pytest.mark.parametrize(
+    "stage, printed_gb, digit", [(0, 120, 0.5), (1, 31.4, 0.05), (2, 16.6, 0.05), (3, 1.88, 0.005)]
+)
 def test_zero_model_states_match_the_papers_figure_1(stage, printed_gb, digit):
     """ZeRO paper, Figure 1: Psi = 7.5B, Nd = 64, K = 12 -> 120, 31.4, 16.6, 1.88 GB per device,
     printed to three significant figures (so within half a unit of the last printed digit)."""
@@ -46,8 +47,12 @@ def test_zero_model_states_match_the_papers_figure_1(stage, printed_gb, digit):
 @pytest.mark.parametrize("psi, nd, k", [(7.5e9, 64, 12), (1.3e9, 8, 12), (123_456_789, 3, 8), (1e6, 1, 12)])
 def test_zero_model_states_follow_the_papers_formulas(psi, nd, k):
     """(2+2+K)Psi; 2Psi + 2Psi + K Psi/Nd; 2Psi + (2+K)Psi/Nd; (2+2+K)Psi/Nd (ZeRO section 5)."""
-    expected = [(2 + 2 + k) * psi, 2 * psi + 2 * psi + k * psi / nd, 2 * psi + (2 + k) * psi / nd,
-                (2 + 2 + k) * psi / nd]
+    expected = [
+        (2 + 2 + k) * psi,
+        2 * psi + 2 * psi + k * psi / nd,
+        2 * psi + (2 + k) * psi / nd,
+        (2 + 2 + k) * psi / nd,
+    ]
     for stage, want in enumerate(expected):
         assert total(model_state_bytes(psi, stage, nd, k)) == pytest.approx(want, rel=1e-12)
 
@@ -94,15 +99,18 @@ def test_selective_recompute_saves_what_section_5_says_for_gpt3_and_mt_nlg():
 
 # The paper prints no per-layer byte figures for GPT-3, so these are Table 2's formulas evaluated
 # for GPT-3 175B with t = 8 (s = 2048, b = 1, h = 12288, a = 96): sbh = 25,165,824.
-@pytest.mark.parametrize("t, sp, recompute, coefficient", [
-    (1, False, "none", 34 + 80),                # no parallelism: sbh(34 + 5as/h)
-    (8, False, "none", 10 + 24 / 8 + 80 / 8),   # tensor parallel: sbh(10 + 24/t + 5as/(ht))
-    (8, True, "none", (34 + 80) / 8),           # tensor + sequence parallel: sbh/t (34 + 5as/h)
-    (8, False, "selective", 10 + 24 / 8),       # tensor parallel + selective: sbh(10 + 24/t)
-    (8, True, "selective", 34 / 8),             # tensor + sequence + selective: sbh(34/t)
-    (1, False, "full", 2),                      # full recomputation: sbh(2)
-    (8, False, "full", 2),
-])
+@pytest.mark.parametrize(
+    "t, sp, recompute, coefficient",
+    [
+        (1, False, "none", 34 + 80),  # no parallelism: sbh(34 + 5as/h)
+        (8, False, "none", 10 + 24 / 8 + 80 / 8),  # tensor parallel: sbh(10 + 24/t + 5as/(ht))
+        (8, True, "none", (34 + 80) / 8),  # tensor + sequence parallel: sbh/t (34 + 5as/h)
+        (8, False, "selective", 10 + 24 / 8),  # tensor parallel + selective: sbh(10 + 24/t)
+        (8, True, "selective", 34 / 8),  # tensor + sequence + selective: sbh(34/t)
+        (1, False, "full", 2),  # full recomputation: sbh(2)
+        (8, False, "full", 2),
+    ],
+)
 def test_activation_bytes_per_layer_match_table_2(t, sp, recompute, coefficient):
     sbh = 2048 * 1 * 12288
     assert sbh == 25_165_824
@@ -112,8 +120,10 @@ def test_activation_bytes_per_layer_match_table_2(t, sp, recompute, coefficient)
 def test_gpt3_per_layer_values_in_bytes():
     """Formula values (not printed in the paper): 2.869 GB per layer unparallelised, 0.581 GB with
     t = 8, 0.359 GB with t = 8 and SP, 0.107 GB adding selective recompute."""
-    values = [activation_bytes_per_layer(**GPT3, t=t, sp=sp, recompute=r) / GB
-              for t, sp, r in ((1, False, "none"), (8, False, "none"), (8, True, "none"), (8, True, "selective"))]
+    values = [
+        activation_bytes_per_layer(**GPT3, t=t, sp=sp, recompute=r) / GB
+        for t, sp, r in ((1, False, "none"), (8, False, "none"), (8, True, "none"), (8, True, "selective"))
+    ]
     assert values == pytest.approx([2.868904, 0.578814, 0.358613, 0.106955], abs=1e-6)
 
 
@@ -210,8 +220,11 @@ def test_one_f_one_b_holds_min_p_minus_r_m_microbatches(p, m):
 
 def test_total_peak_is_the_peak_of_the_sum_not_the_sum_of_peaks():
     """Activations peak while the forward is held (0..3 s); a ZeRO-3 gather peaks later (4..5 s)."""
-    spans = (Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 1.0), Span(0, "compute", "B0@0", "B", 0, 0, 1.0, 3.0),
-             Span(0, "dp", "ALL_GATHER w", "ALL_GATHER", None, None, 4.0, 5.0))
+    spans = (
+        Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 1.0),
+        Span(0, "compute", "B0@0", "B", 0, 0, 1.0, 3.0),
+        Span(0, "dp", "ALL_GATHER w", "ALL_GATHER", None, None, 4.0, 5.0),
+    )
     log = EventLog(spans, (), num_ranks=1, link_names=())
     rank = memory_timeline(log, {0: {"weights": 10.0}}, {0: {0: 7.0}}, gather_bytes={0: 5.0}).ranks[0]
     peaks = rank.peaks
@@ -234,16 +247,28 @@ def test_gather_is_held_until_the_compute_that_uses_it_ends():
     log = EventLog(spans, (), num_ranks=2, link_names=())
     timeline = memory_timeline(log, {}, {0: {0: 0.0}, 1: {1: 0.0}}, gather_bytes={0: 8.0, 1: 8.0})
     r0, r1 = timeline.ranks
-    assert list(zip(r0.times_s.tolist(), r0.category("weights").tolist())) == [(0.0, 8.0), (1.0, 8.0), (2.0, 0.0),
-                                                                               (6.0, 0.0)]
-    assert list(zip(r1.times_s.tolist(), r1.category("weights").tolist())) == [(0.0, 8.0), (0.5, 8.0), (4.0, 0.0),
-                                                                               (6.0, 0.0)]
+    assert list(zip(r0.times_s.tolist(), r0.category("weights").tolist())) == [
+        (0.0, 8.0),
+        (1.0, 8.0),
+        (2.0, 0.0),
+        (6.0, 0.0),
+    ]
+    assert list(zip(r1.times_s.tolist(), r1.category("weights").tolist())) == [
+        (0.0, 8.0),
+        (0.5, 8.0),
+        (4.0, 0.0),
+        (6.0, 0.0),
+    ]
     assert memory_timeline(log, {}, {0: {0: 0.0}, 1: {1: 0.0}}).ranks[0].peaks["weights"] == 0.0  # hook off
 
 
 def test_a_backward_ending_as_a_forward_starts_frees_first():
-    spans = (Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 1.0), Span(0, "compute", "B0@0", "B", 0, 0, 1.0, 2.0),
-             Span(0, "compute", "F1@0", "F", 1, 0, 2.0, 3.0), Span(0, "compute", "B1@0", "B", 1, 0, 3.0, 4.0))
+    spans = (
+        Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 1.0),
+        Span(0, "compute", "B0@0", "B", 0, 0, 1.0, 2.0),
+        Span(0, "compute", "F1@0", "F", 1, 0, 2.0, 3.0),
+        Span(0, "compute", "B1@0", "B", 1, 0, 3.0, 4.0),
+    )
     log = EventLog(spans, (), num_ranks=1, link_names=())
     assert memory_timeline(log, {}, {0: {0: 5.0}}).ranks[0].peaks["activations"] == 5.0
 
@@ -287,8 +312,9 @@ def test_flags_ranks_over_capacity():
 def test_activation_peak_is_inflight_microbatches_times_bytes_on_engine_logs(kind, p, m, v):
     """Cross-check against metrics.peak_inflight_microbatches_per_rank, with equal bytes per stage."""
     where = stage_ranks(p, v)
-    program = build_program(rank_order(kind, p, m, v), m, where, 0.0,
-                            forward_flops=lambda s: F_S, backward_flops=lambda s: B_S)
+    program = build_program(
+        rank_order(kind, p, m, v), m, where, 0.0, forward_flops=lambda s: F_S, backward_flops=lambda s: B_S
+    )
     log = run_program(program, Network(simpy.Environment(), switch(p, 1e9, 0.0)), compute_time_s=lambda op: op.flops)
     activation = {r: {s: 4e8 for s, rank in where.items() if rank == r} for r in range(p)}
     peaks = memory_peaks(memory_timeline(log, {}, activation))

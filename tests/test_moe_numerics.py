@@ -2,12 +2,19 @@
 expert-parallel shards exchanging tokens by all_to_all vs the single-device reference."""
 
 import numpy as np
-from finite_differences import central_difference
 import pytest
+from finite_differences import central_difference
 
 from clustersim.sim.collectives.ops import Pieces
-from clustersim.sim.numerics.moe import (ExpertParallelMoE, MoEConfig, init_moe_params, moe_backward, moe_forward,
-                              route, traffic_matrix)
+from clustersim.sim.numerics.moe import (
+    ExpertParallelMoE,
+    MoEConfig,
+    init_moe_params,
+    moe_backward,
+    moe_forward,
+    route,
+    traffic_matrix,
+)
 
 NAME = "moe"
 HIDDEN, FFN, B, S = 8, 16, 2, 6
@@ -39,7 +46,7 @@ def test_backward_matches_central_differences_on_every_parameter_and_x(cfg):
     rng = np.random.default_rng(4)
     x, dout = rng.standard_normal((B, S, HIDDEN)), rng.standard_normal((B, S, HIDDEN))
     _, cache = moe_forward(p, NAME, x, cfg)
-    (routing, _, _), = cache  # one routing group
+    ((routing, _, _),) = cache  # one routing group
     ranked = -np.sort(-routing.probs, axis=1)  # (T, E)
     assert np.min(ranked[:, cfg.top_k - 1] - ranked[:, cfg.top_k]) > 1e-4, "a probe could flip a top-k choice"
     assert (routing.tokens_per_expert > 0).all(), "an idle expert would leave its parameters untested"
@@ -51,7 +58,9 @@ def test_backward_matches_central_differences_on_every_parameter_and_x(cfg):
         return float((moe_forward(p, NAME, x, cfg)[0] * dout).sum())
 
     for name, array, grad in [(n, p[n], grads[n]) for n in p] + [("x", x, dx)]:
-        fd = np.array([central_difference(loss, array, i, FD_EPS) for i in np.ndindex(array.shape)]).reshape(array.shape)
+        fd = np.array([central_difference(loss, array, i, FD_EPS) for i in np.ndindex(array.shape)]).reshape(
+            array.shape
+        )
         assert rel_err(grad, fd) < 1e-6, name
 
 
@@ -104,6 +113,7 @@ def test_skewed_router_sends_most_tokens_to_rank_0():
 
 # ---- expert parallelism -------------------------------------------------------------------------
 
+
 def all_to_all(sends, counts):
     """ops.py's all_to_all: rank r sends counts[r][j] elements to j and receives pieces 0->r .. (n-1)->r."""
     pieces = [np.split(buf, np.cumsum(row)[:-1]) for buf, row in zip(sends, counts)]
@@ -117,9 +127,12 @@ def run_lockstep(generators):
     exchanges = []
     while True:
         assert {request[0] for request in requests} == {"all_to_all"}
-        sends = [request[1] if isinstance(request[1], Pieces)
-                 else Pieces(request[1], [len(c) for c in np.array_split(request[1], len(requests))])
-                 for request in requests]
+        sends = [
+            request[1]
+            if isinstance(request[1], Pieces)
+            else Pieces(request[1], [len(c) for c in np.array_split(request[1], len(requests))])
+            for request in requests
+        ]
         counts = np.array([send.counts for send in sends])  # (n, n)
         exchanges.append(counts)
         next_requests, results = [], []
@@ -188,6 +201,7 @@ def test_backward_without_forward_raises():
 
 
 # ---- input validation ---------------------------------------------------------------------------
+
 
 def test_rejects_top_k_above_num_experts():
     with pytest.raises(ValueError, match=r"top_k \(5\) must be in 1..num_experts \(4\)"):

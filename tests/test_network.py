@@ -5,10 +5,10 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from clustersim.sim.results.links import utilisation_matrix
-from clustersim.sim.network.network import Network
 from transfers import landing_times
+
+from clustersim.sim.network.network import Network
+from clustersim.sim.results.links import utilisation_matrix
 from clustersim.topologies.switch import switch
 
 B, LAT = 100e9, 1e-6  # link bandwidth (B/s per direction) and per-link latency
@@ -75,7 +75,7 @@ def check_max_min(flows) -> None:
     which no flow gets a higher rate (the max-min condition)."""
     living = np.flatnonzero(flows.alive)
     load = np.zeros(len(flows.capacity_Bps))
-    paths = {f: flows.flow_links[flows.flow_ptr[f]:flows.flow_ptr[f + 1]] for f in living}
+    paths = {f: flows.flow_links[flows.flow_ptr[f] : flows.flow_ptr[f + 1]] for f in living}
     for f, links in paths.items():
         load[links] += flows.rate[f]
     assert (load <= flows.capacity_Bps * (1 + 1e-9)).all()
@@ -90,8 +90,13 @@ def check_max_min(flows) -> None:
 @st.composite
 def traffic(draw):
     n = draw(st.integers(3, 6))
-    messages = draw(st.lists(st.tuples(st.floats(0, 5e-3), st.integers(0, n - 1), st.integers(0, n - 1),
-                                       st.floats(1e6, 1e9)), min_size=1, max_size=25))
+    messages = draw(
+        st.lists(
+            st.tuples(st.floats(0, 5e-3), st.integers(0, n - 1), st.integers(0, n - 1), st.floats(1e6, 1e9)),
+            min_size=1,
+            max_size=25,
+        )
+    )
     return n, messages
 
 
@@ -100,9 +105,13 @@ def traffic(draw):
 def test_every_reshare_is_max_min_fair(case, kind):
     from clustersim.topologies.fattree import fat_tree
     from clustersim.topologies.ring import ring
+
     n, messages = case
-    graph = {"ring": lambda: ring(n, B, LAT), "switch": lambda: switch(n, B, LAT),
-             "fattree": lambda: fat_tree(n, 1, leaf_radix=2, latency_s=LAT)}[kind]()
+    graph = {
+        "ring": lambda: ring(n, B, LAT),
+        "switch": lambda: switch(n, B, LAT),
+        "fattree": lambda: fat_tree(n, 1, leaf_radix=2, latency_s=LAT),
+    }[kind]()
     net = Network(simpy.Environment(), graph)
     checked = []
     original = net._after_fill
@@ -111,6 +120,7 @@ def test_every_reshare_is_max_min_fair(case, kind):
         check_max_min(net._flows)
         checked.append(1)
         original()
+
     net._after_fill = checked_fill
     times = landing_times(net, messages)
     assert len(times) == len(messages)

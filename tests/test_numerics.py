@@ -3,18 +3,23 @@
 import math
 from types import SimpleNamespace
 
-from clustersim.schedules.ir import Compute
-
 import numpy as np
-from finite_differences import central_difference
 import pytest
+from finite_differences import central_difference
 
+from clustersim.schedules.ir import Compute
+from clustersim.sim.numerics.layers import gelu
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.pipeline import PipelineNumerics
 from clustersim.sim.numerics.stages import StageModel, stage_param_names
-from clustersim.sim.numerics.layers import gelu
-from clustersim.sim.numerics.transformer import (ShadowConfig, init_params, loss_and_grads, model_backward,
-                                      model_forward, param_shapes)
+from clustersim.sim.numerics.transformer import (
+    ShadowConfig,
+    init_params,
+    loss_and_grads,
+    model_backward,
+    model_forward,
+    param_shapes,
+)
 
 SMALL = ShadowConfig(layers=2, hidden=8, heads=2, ffn=12, seq_len=5, vocab=7)
 PIPE = ShadowConfig(layers=4, hidden=16, heads=4, ffn=32, seq_len=6, vocab=13)
@@ -130,6 +135,7 @@ def test_rejects_stages_not_dividing_layers():
 
 # ---- pipeline, driven by a hand-rolled GPipe order -------------------------------------------------
 
+
 def compute(phase, mb, stage):
     return Compute(phase, mb, stage)
 
@@ -168,9 +174,7 @@ def pipeline(cfg=PIPE, num_stages=2, stage_to_rank=None, seed=11, optimizer="ada
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-@pytest.mark.parametrize("num_stages,stage_to_rank", [
-    (1, None), (2, None), (4, None), (4, {0: 0, 1: 0, 2: 1, 3: 1}),
-])
+@pytest.mark.parametrize("num_stages,stage_to_rank", [(1, None), (2, None), (4, None), (4, {0: 0, 1: 0, 2: 1, 3: 1})])
 def test_pipeline_matches_single_device_reference(num_stages, stage_to_rank, optimizer):
     result = run_gpipe(pipeline(num_stages=num_stages, stage_to_rank=stage_to_rank, optimizer=optimizer))
     assert result["max_rel_err"] < 1e-10
@@ -259,6 +263,7 @@ def test_same_seed_is_bit_identical_and_other_seeds_differ():
 
 def test_full_recompute_keeps_only_the_input_and_gives_the_same_gradients():
     from clustersim.sim.numerics.pipeline import make_batch
+
     cfg = ShadowConfig(layers=2, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
     params = init_params(cfg, 0)
     tokens, targets = make_batch(cfg, 0, 2)

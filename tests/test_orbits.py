@@ -7,6 +7,7 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transfers import landing_times
 
 from clustersim.schedules.layout import Layout
 from clustersim.sim.collectives.run import step_pairs
@@ -15,7 +16,6 @@ from clustersim.sim.network.flows import ActiveFlows
 from clustersim.sim.network.network import Network
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.topologies.fattree import fat_tree
-from transfers import landing_times
 
 NODES, PER_NODE = 4, 4
 # leaf radix -> node shifts by multiples of this map the fat tree onto itself (whole leaf groups);
@@ -28,8 +28,13 @@ def shifts(node_steps, rails) -> np.ndarray:
     0..rails-1 (rail-optimised: rail r of every node on leaf r of its group)."""
     gpu = np.arange(NODES * PER_NODE)
     node, rail = gpu // PER_NODE, gpu % PER_NODE
-    return np.array([((node + a) % NODES) * PER_NODE + (rail + b) % PER_NODE
-                     for a in range(0, NODES, node_steps) for b in range(rails)])
+    return np.array(
+        [
+            ((node + a) % NODES) * PER_NODE + (rail + b) % PER_NODE
+            for a in range(0, NODES, node_steps)
+            for b in range(rails)
+        ]
+    )
 
 
 def graph(radix=2):
@@ -47,8 +52,9 @@ def symmetric_traffic(draw, image):
     n = NODES * PER_NODE
     transfers = []
     for _ in range(draw(st.integers(1, 6))):
-        pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1, max_size=3,
-                              unique=True))
+        pairs = draw(
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1, max_size=3, unique=True)
+        )
         src = np.array([s for s, _ in pairs])
         dst = np.array([d for _, d in pairs])
         nbytes = draw(st.one_of(st.just(0.0), st.floats(1e5, 1e8)))  # zero bytes: latency only
@@ -104,23 +110,34 @@ def test_few_flows_share_like_the_array_flows(data):
             few.finish(gone, now)
             arrays.finish(np.array([ids[f] for f in gone]), now)
         else:
-            paths = data.draw(st.lists(st.lists(st.integers(0, num_links - 1), min_size=1, max_size=4, unique=True),
-                                       min_size=1, max_size=3))
+            paths = data.draw(
+                st.lists(
+                    st.lists(st.integers(0, num_links - 1), min_size=1, max_size=4, unique=True), min_size=1, max_size=3
+                )
+            )
             ptr = np.cumsum([0] + [len(p) for p in paths])
             links = np.array([l for p in paths for l in p])
             n = len(paths)
-            columns = dict(nbytes=np.full(n, 1e3), latency=np.zeros(n), start=np.full(n, now), src=np.zeros(n, int),
-                           dst=np.ones(n, int), group=np.zeros(n, int))
+            columns = dict(
+                nbytes=np.full(n, 1e3),
+                latency=np.zeros(n),
+                start=np.full(n, now),
+                src=np.zeros(n, int),
+                dst=np.ones(n, int),
+                group=np.zeros(n, int),
+            )
             new = few.add(ptr, links, **columns)
             ids.update(zip(new, arrays.add(ptr, links, **columns).tolist()))
             few.fill_component(new, now)
             arrays.fill_component(np.array([ids[f] for f in new]), now)
         alive = [f for f in ids if f in few._flows]
         if alive:
-            assert few.take(alive, "rate") == pytest.approx(arrays.take(np.array([ids[f] for f in alive]), "rate"),
-                                                            rel=1e-12)
+            assert few.take(alive, "rate") == pytest.approx(
+                arrays.take(np.array([ids[f] for f in alive]), "rate"), rel=1e-12
+            )
             assert few.take(alive, "finish_at") == pytest.approx(
-                arrays.take(np.array([ids[f] for f in alive]), "finish_at"), rel=1e-12)
+                arrays.take(np.array([ids[f] for f in alive]), "finish_at"), rel=1e-12
+            )
 
 
 def test_a_path_that_crosses_a_link_twice_counts_twice_on_it():
@@ -128,8 +145,16 @@ def test_a_path_that_crosses_a_link_twice_counts_twice_on_it():
     meets one link orbit twice). B is bound by link 1 at 1 / 2; A takes what B leaves of link 0."""
     few = FewFlows(np.array([2.0, 1.0]))
     n = 2
-    ids = few.add(np.array([0, 1, 4]), np.array([0, 0, 1, 1]), nbytes=np.ones(n), latency=np.zeros(n),
-                  start=np.zeros(n), src=np.zeros(n, int), dst=np.ones(n, int), group=np.zeros(n, int))
+    ids = few.add(
+        np.array([0, 1, 4]),
+        np.array([0, 0, 1, 1]),
+        nbytes=np.ones(n),
+        latency=np.zeros(n),
+        start=np.zeros(n),
+        src=np.zeros(n, int),
+        dst=np.ones(n, int),
+        group=np.zeros(n, int),
+    )
     few.fill_component(ids, 0.0)
     assert few.take(ids, "rate").tolist() == [1.5, 0.5]
     assert few.loads(np.array([0, 1])).tolist() == [2.0, 1.0]
@@ -139,6 +164,7 @@ def test_a_group_a_shift_maps_onto_itself_keeps_the_shift_only_if_its_steps_are_
     """dp 4 x tp 4 on a switch: a ring over the four replicas is turned onto itself by the replica
     shifts; halving-doubling is not (0 <-> 1 turned by one is 1 <-> 2), so those shifts go."""
     from clustersim.topologies.switch import switch
+
     symmetry = Symmetry(Layout(dp=4, pp=1, tp=4))
     g = switch(16, 100e9, 1e-6)
     group = tuple(int(r) for r in Layout(dp=4, pp=1, tp=4).grid[:, 0, 0])
@@ -146,17 +172,21 @@ def test_a_group_a_shift_maps_onto_itself_keeps_the_shift_only_if_its_steps_are_
     assert len(ring) == 16
     hd = symmetry.network_images([(group, step_pairs(g, "all_reduce", "halving_doubling", group, 1e6))])
     assert len(hd) == 4
-    assert sorted(map(tuple, hd.tolist())) == sorted(tuple(row) for row, (a, _) in
-                                                     zip(symmetry.image.tolist(), symmetry.shifts) if a == 0)
+    assert sorted(map(tuple, hd.tolist())) == sorted(
+        tuple(row) for row, (a, _) in zip(symmetry.image.tolist(), symmetry.shifts) if a == 0
+    )
 
 
 def test_past_the_listing_limit_orbit_messages_are_summed_by_pair_and_stream(monkeypatch):
     """A huge run's flow table sums its orbits' messages per (src, dst, stream): the bytes each
     pair sent per stream are the listed ones; the timeline kept for the hottest links is theirs."""
     import clustersim.sim.network.ledger as ledger_module
+
     image = shifts(2, PER_NODE)
-    transfers = [(t, *(image[:, [s]].ravel(), image[:, [d]].ravel()), nbytes)
-                 for t, s, d, nbytes in [(0.0, 0, 5, 3e6), (1e-5, 1, 9, 2e6), (2e-5, 0, 5, 1e6)]]
+    transfers = [
+        (t, *(image[:, [s]].ravel(), image[:, [d]].ravel()), nbytes)
+        for t, s, d, nbytes in [(0.0, 0, 5, 3e6), (1e-5, 1, 9, 2e6), (2e-5, 0, 5, 1e6)]
+    ]
 
     def totals(limit):
         monkeypatch.setattr(ledger_module, "LISTED_MESSAGES_MAX", limit)

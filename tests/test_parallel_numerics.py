@@ -11,10 +11,10 @@ import pytest
 
 from clustersim.schedules.ir import Compute
 from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.sim.cost.stages import stage_moe_layers
 from clustersim.sim.numerics.moe import experts_of_rank
 from clustersim.sim.report import terminal_summary
 from clustersim.sim.run import simulate
-from clustersim.sim.cost.stages import stage_moe_layers
 from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """
@@ -32,19 +32,31 @@ numerics: {{hidden: 16, heads: 4, seq_len: 8, vocab: 32, micro_batch: 2, optimiz
 def run(tp: int, pp: int, dp: int, sp: bool, zero: int, schedule: str, recompute: str) -> dict:
     virtual = 2 if schedule == "interleaved" else 1
     microbatches = 2 * pp  # the interleaved schedule runs them in groups of pp
-    text = SCENARIO.format(gpus=tp * pp * dp, global_batch=microbatches * dp, recompute=recompute, tp=tp, pp=pp,
-                           dp=dp, virtual=virtual, zero=zero, sp=str(sp).lower(), schedule=schedule)
+    text = SCENARIO.format(
+        gpus=tp * pp * dp,
+        global_batch=microbatches * dp,
+        recompute=recompute,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        virtual=virtual,
+        zero=zero,
+        sp=str(sp).lower(),
+        schedule=schedule,
+    )
     return simulate(load_scenario_text(text, "toolbox.yaml")).summary
 
 
 # the full product; sequence parallelism needs tp > 1, and ZeRO shards over dp > 1 (with dp = 1
 # every stage is the same plain step)
-CASES = [(tp, pp, dp, sp, zero, schedule, recompute)
-         for tp, sp in ((1, False), (2, False), (2, True), (4, False), (4, True))
-         for pp, dp in itertools.product((1, 2), (1, 2))
-         for zero in (range(4) if dp > 1 else (0,))
-         for schedule in ("gpipe", "1f1b", "interleaved")
-         for recompute in ("none", "full")]
+CASES = [
+    (tp, pp, dp, sp, zero, schedule, recompute)
+    for tp, sp in ((1, False), (2, False), (2, True), (4, False), (4, True))
+    for pp, dp in itertools.product((1, 2), (1, 2))
+    for zero in (range(4) if dp > 1 else (0,))
+    for schedule in ("gpipe", "1f1b", "interleaved")
+    for recompute in ("none", "full")
+]
 
 
 @pytest.mark.parametrize("tp,pp,dp,sp,zero,schedule,recompute", CASES)
@@ -54,36 +66,72 @@ def test_weights_after_one_step_match_one_device(tp, pp, dp, sp, zero, schedule,
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
 
 
-MOE_SCENARIO = (SCENARIO.replace("vocab: 32000}}", "vocab: 32000, moe: {{experts: 8, top_k: {top_k}, every: 2, "
-                                 "expert_ffn: 2048, shared_experts: {shared}, capacity_factor: {capacity}}}}}")
-                .replace("zero: {zero},", "zero: {zero}, ep: {ep},")
-                .replace("lr: 0.01}}", "lr: 0.01, hot_expert_bias: {bias}}}"))
+MOE_SCENARIO = (
+    SCENARIO.replace(
+        "vocab: 32000}}",
+        "vocab: 32000, moe: {{experts: 8, top_k: {top_k}, every: 2, "
+        "expert_ffn: 2048, shared_experts: {shared}, capacity_factor: {capacity}}}}}",
+    )
+    .replace("zero: {zero},", "zero: {zero}, ep: {ep},")
+    .replace("lr: 0.01}}", "lr: 0.01, hot_expert_bias: {bias}}}")
+)
 
 # (pp, dp, ep, top_k, capacity factor, shared experts, zero); capacity 0.5 drops tokens in every
 # layer (C = ceil(0.5 x 16 tokens x k / 8) rows per expert); dp > ep gives each expert several holders
-MOE_CASES = [(1, 1, 1, 1, None, 0, 0), (2, 1, 1, 2, None, 0, 0), (2, 2, 1, 2, None, 1, 1), (1, 2, 1, 1, None, 1, 1),
-             (2, 2, 1, 2, 0.5, 0, 2),
-             (1, 2, 2, 1, None, 0, 0), (2, 2, 2, 2, 0.5, 1, 1), (1, 4, 2, 2, None, 0, 2), (2, 4, 2, 1, 0.5, 0, 0),
-             (1, 4, 4, 2, 0.5, 1, 0), (2, 4, 4, 1, None, 0, 1), (1, 8, 4, 1, 1.0, 0, 2)]
+MOE_CASES = [
+    (1, 1, 1, 1, None, 0, 0),
+    (2, 1, 1, 2, None, 0, 0),
+    (2, 2, 1, 2, None, 1, 1),
+    (1, 2, 1, 1, None, 1, 1),
+    (2, 2, 1, 2, 0.5, 0, 2),
+    (1, 2, 2, 1, None, 0, 0),
+    (2, 2, 2, 2, 0.5, 1, 1),
+    (1, 4, 2, 2, None, 0, 2),
+    (2, 4, 2, 1, 0.5, 0, 0),
+    (1, 4, 4, 2, 0.5, 1, 0),
+    (2, 4, 4, 1, None, 0, 1),
+    (1, 8, 4, 1, 1.0, 0, 2),
+]
 # (tp, sequence parallel, then as above): each tensor-parallel rank routes 16 / tp of a
 # microbatch's tokens through whole experts (C = ceil(0.5 x 16/tp x k / 8) with capacity 0.5)
-MOE_TP_CASES = [(2, False, 1, 1, 1, 1, None, 0, 0), (2, True, 2, 1, 1, 2, 0.5, 1, 0),
-                (2, False, 2, 2, 1, 2, None, 0, 1), (2, True, 1, 2, 2, 1, 0.5, 0, 0),
-                (2, False, 1, 2, 2, 2, 0.5, 1, 2), (2, True, 2, 2, 2, 2, None, 0, 2),
-                (2, False, 1, 4, 2, 1, None, 1, 1), (2, True, 1, 4, 4, 2, 1.0, 0, 1),
-                (4, True, 1, 2, 2, 2, 0.5, 1, 1)]
+MOE_TP_CASES = [
+    (2, False, 1, 1, 1, 1, None, 0, 0),
+    (2, True, 2, 1, 1, 2, 0.5, 1, 0),
+    (2, False, 2, 2, 1, 2, None, 0, 1),
+    (2, True, 1, 2, 2, 1, 0.5, 0, 0),
+    (2, False, 1, 2, 2, 2, 0.5, 1, 2),
+    (2, True, 2, 2, 2, 2, None, 0, 2),
+    (2, False, 1, 4, 2, 1, None, 1, 1),
+    (2, True, 1, 4, 4, 2, 1.0, 0, 1),
+    (4, True, 1, 2, 2, 2, 0.5, 1, 1),
+]
 
 
 def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True, tp=1, sp=False):
-    text = MOE_SCENARIO.format(gpus=tp * pp * dp, global_batch=2 * pp * dp, recompute="none", tp=tp, pp=pp, dp=dp,
-                               ep=ep, virtual=1, zero=zero, sp=str(sp).lower(), schedule="1f1b", top_k=top_k,
-                               shared=shared, capacity="null" if capacity is None else capacity, bias=bias)
+    text = MOE_SCENARIO.format(
+        gpus=tp * pp * dp,
+        global_batch=2 * pp * dp,
+        recompute="none",
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        virtual=1,
+        zero=zero,
+        sp=str(sp).lower(),
+        schedule="1f1b",
+        top_k=top_k,
+        shared=shared,
+        capacity="null" if capacity is None else capacity,
+        bias=bias,
+    )
     text = text.replace("numerics: {", f"numerics: {{enabled: {str(numerics).lower()}, ")
     return simulate(load_scenario_text(text, "moe.yaml"))
 
 
-@pytest.mark.parametrize("tp,sp,pp,dp,ep,top_k,capacity,shared,zero",
-                         [(1, False, *case) for case in MOE_CASES] + MOE_TP_CASES)
+@pytest.mark.parametrize(
+    "tp,sp,pp,dp,ep,top_k,capacity,shared,zero", [(1, False, *case) for case in MOE_CASES] + MOE_TP_CASES
+)
 def test_moe_layers_match_one_device(tp, sp, pp, dp, ep, top_k, capacity, shared, zero):
     """The shadow model's MoE layers (every second layer, 8 experts, Switch top-1 or Mixtral-style
     renormalised top-2, with and without a shared expert and token dropping), pipelined, data- and
@@ -100,8 +148,15 @@ def experts_piece_seconds(result, rank: int) -> float:
     experts = set()
     for op in result.program.ops[rank]:
         if isinstance(op, Compute) and op.part is not None:
-            plan = tp_stage_plan(op.phase, stage_moe_layers(sc, op.stage), op.stage == 0,
-                                 op.stage == sc.parallel.num_stages - 1, False, tp=1, ep=sc.parallel.ep)
+            plan = tp_stage_plan(
+                op.phase,
+                stage_moe_layers(sc, op.stage),
+                op.stage == 0,
+                op.stage == sc.parallel.num_stages - 1,
+                False,
+                tp=1,
+                ep=sc.parallel.ep,
+            )
             if plan[op.part][0] == (f"{op.phase}.experts",):
                 experts.add(op.label)
     assert experts

@@ -8,8 +8,8 @@ import simpy
 from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
 from clustersim.schedules.validate import validate
 from clustersim.sim.engine.loop import run_program
-from clustersim.sim.results.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
 from clustersim.sim.network.network import Network
+from clustersim.sim.results.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
 from clustersim.topologies.switch import switch
 
 FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
@@ -18,8 +18,14 @@ FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
 def run_free_comm(kind: str, p: int, m: int, v: int = 1):
     """Equal stage times and free communication (zero bytes, zero latency); with v chunks per rank
     each chunk takes 1/v of a rank's forward and backward time."""
-    program = build_program(rank_order(kind, p, m, v), m, stage_ranks(p, v), 0.0,
-                            forward_flops=lambda s: FORWARD_S / v, backward_flops=lambda s: BACKWARD_S / v)
+    program = build_program(
+        rank_order(kind, p, m, v),
+        m,
+        stage_ranks(p, v),
+        0.0,
+        forward_flops=lambda s: FORWARD_S / v,
+        backward_flops=lambda s: BACKWARD_S / v,
+    )
     validate(program)
     network = Network(simpy.Environment(), switch(p, 1e9, 0.0))
     return run_program(program, network, compute_time_s=lambda op: op.flops)
@@ -71,13 +77,25 @@ def test_engine_raises_on_deadlock_naming_what_each_stream_waits_for():
     short makespan; it names the blocked streams."""
     from clustersim.schedules.ir import Compute, Program, Recv, Send
     from clustersim.sim.engine.loop import DeadlockError
-    ops = {0: [Recv(1, ("B", 0, 1), 0.0), Compute("F", 0, 0, 1.0, deps=("RECV B0@1",)),
-               Send(1, ("F", 0, 0), 0.0, deps=("F0@0",))],
-           1: [Recv(0, ("F", 0, 0), 0.0), Compute("B", 0, 1, 1.0, deps=("RECV F0@0",)),
-               Send(0, ("B", 0, 1), 0.0, deps=("B0@1",))]}
+
+    ops = {
+        0: [
+            Recv(1, ("B", 0, 1), 0.0),
+            Compute("F", 0, 0, 1.0, deps=("RECV B0@1",)),
+            Send(1, ("F", 0, 0), 0.0, deps=("F0@0",)),
+        ],
+        1: [
+            Recv(0, ("F", 0, 0), 0.0),
+            Compute("B", 0, 1, 1.0, deps=("RECV F0@0",)),
+            Send(0, ("B", 0, 1), 0.0, deps=("B0@1",)),
+        ],
+    }
     network = Network(simpy.Environment(), switch(2, 1e9, 0.0))
-    with pytest.raises(DeadlockError, match=r"rank 0 compute: F0@0 waits for RECV B0@1.*rank 1 recv: RECV F0@0 "
-                                            r"waits for SEND F0@0 from rank 0"):
+    with pytest.raises(
+        DeadlockError,
+        match=r"rank 0 compute: F0@0 waits for RECV B0@1.*rank 1 recv: RECV F0@0 "
+        r"waits for SEND F0@0 from rank 0",
+    ):
         run_program(Program(ops, 2, 1, {0: 0, 1: 1}), network, compute_time_s=lambda op: op.flops)
 
 
@@ -91,8 +109,10 @@ def test_interleaved_holds_its_warmup_plus_one_chunks_in_flight(p, v, m):
 
 def test_progress_hook_counts_every_op_up_to_the_total():
     import clustersim.sim.engine.loop as engine
-    program = build_program(rank_order("1f1b", 4, 64), 64, stage_ranks(4), 0.0,
-                            forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0)
+
+    program = build_program(
+        rank_order("1f1b", 4, 64), 64, stage_ranks(4), 0.0, forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0
+    )
     seen = []
     network = Network(simpy.Environment(), switch(4, 1e9, 0.0))
     run_program(program, network, compute_time_s=lambda op: op.flops, on_progress=seen.append)

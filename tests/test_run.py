@@ -7,8 +7,8 @@ import pytest
 
 from clustersim.schedules.ir import Send
 from clustersim.sim.cli import main
-from clustersim.sim.run import simulate
 from clustersim.sim.cost.stages import stage_params
+from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """
@@ -40,7 +40,8 @@ def test_pipelined_step_matches_single_device_reference(schedule, pp, optimizer)
 def interleaved_scenario(pp: int, virtual: int, m: int, optimizer: str = "adam", layers: int = 4):
     text = SCENARIO.format(pp=pp, m=m, schedule="interleaved", optimizer=optimizer)
     text = text.replace("layers: 4,", f"layers: {layers},").replace(
-        f"parallel: {{pp: {pp}}}", f"parallel: {{pp: {pp}, virtual: {virtual}}}")
+        f"parallel: {{pp: {pp}}}", f"parallel: {{pp: {pp}, virtual: {virtual}}}"
+    )
     return load_scenario_text(text, "interleaved.yaml")
 
 
@@ -81,8 +82,12 @@ def test_run_writes_every_output_and_is_byte_identical_twice(tmp_path, capsys):
 def test_step_time_is_the_closed_form_for_a_balanced_pipeline():
     """With a negligible LM head (vocab 1) and near-free links (1e18 B/s, no latency), every stage
     costs the same, so the bubble is (p-1)/(m+p-1) and the step (m+p-1)(t_F + t_B) + t_OPT."""
-    text = (SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam").replace("vocab: 1000", "vocab: 1")
-            .replace("300GB/s", "1e18").replace("1us", "0us"))
+    text = (
+        SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam")
+        .replace("vocab: 1000", "vocab: 1")
+        .replace("300GB/s", "1e18")
+        .replace("1us", "0us")
+    )
     scenario = load_scenario_text(text, "e2e.yaml")
     summary = simulate(scenario).summary
     gpu = scenario.gpu_spec
@@ -104,8 +109,9 @@ TOPOLOGIES = {
 @pytest.mark.parametrize("kind", sorted(TOPOLOGIES))
 def test_pipeline_runs_and_stays_correct_on_every_fabric(kind):
     text = SCENARIO.format(pp=4, m=6, schedule="1f1b", optimizer="adam")
-    text = text.replace("topology: {kind: switch, link_bandwidth: 300GB/s, link_latency: 1us}",
-                        f"topology: {TOPOLOGIES[kind]}")
+    text = text.replace(
+        "topology: {kind: switch, link_bandwidth: 300GB/s, link_latency: 1us}", f"topology: {TOPOLOGIES[kind]}"
+    )
     if kind == "fattree":  # 2 nodes x 2 GPUs, one leaf per node: stage 1 -> 2 crosses a spine
         text = text.replace("nodes: 1", "nodes: 2").replace("gpus_per_node: 4", "gpus_per_node: 2")
     scenario = load_scenario_text(text, f"{kind}.yaml")
@@ -138,11 +144,15 @@ def test_data_parallel_scenario_matches_one_device_and_sends_the_zero_volume(zer
 
 def test_strict_memory_refuses_a_run_that_does_not_fit(tmp_path, capsys):
     path = tmp_path / "big.yaml"
-    path.write_text(SCENARIO.format(pp=2, m=4, schedule="gpipe", optimizer="adam")
-                    .replace("training: {global_batch: 4, micro_batch: 1}", "training: {global_batch: 4, micro_batch: 1}")
-                    .replace("model: {layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1000}",
-                             "model: {layers: 4, hidden: 16384, heads: 128, seq_len: 8192, vocab: 1000}")
-                    .replace("numerics: {", "numerics: {enabled: false, "))
+    path.write_text(
+        SCENARIO.format(pp=2, m=4, schedule="gpipe", optimizer="adam")
+        .replace("training: {global_batch: 4, micro_batch: 1}", "training: {global_batch: 4, micro_batch: 1}")
+        .replace(
+            "model: {layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1000}",
+            "model: {layers: 4, hidden: 16384, heads: 128, seq_len: 8192, vocab: 1000}",
+        )
+        .replace("numerics: {", "numerics: {enabled: false, ")
+    )
     assert main(["run", str(path), "-o", str(tmp_path / "out"), "--strict-memory"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"clustersim: error: {path}: cluster.gpu: memory: ") and err.count("\n") == 1
@@ -150,11 +160,17 @@ def test_strict_memory_refuses_a_run_that_does_not_fit(tmp_path, capsys):
 
 
 def test_full_recompute_adds_a_forward_to_each_backward_and_keeps_only_layer_inputs():
-    base = SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam").replace("vocab: 1000", "vocab: 1") \
-        .replace("300GB/s", "1e18").replace("1us", "0us").replace("numerics: {", "numerics: {enabled: false, ")
+    base = (
+        SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam")
+        .replace("vocab: 1000", "vocab: 1")
+        .replace("300GB/s", "1e18")
+        .replace("1us", "0us")
+        .replace("numerics: {", "numerics: {enabled: false, ")
+    )
     plain = simulate(load_scenario_text(base, "a.yaml")).summary
-    full = simulate(load_scenario_text(base.replace("micro_batch: 1}", "micro_batch: 1, recompute: full}"),
-                                       "b.yaml")).summary
+    full = simulate(
+        load_scenario_text(base.replace("micro_batch: 1}", "micro_batch: 1, recompute: full}"), "b.yaml")
+    ).summary
     # balanced stages, free links: step = (m + p - 1)(t_F + t_B) + t_OPT, and t_B grows by t_F
     t_f = (24 * 256 * 512**2 + 4 * 256**2 * 512) / (312e12 * 0.5)  # one layer per stage, A100 at 50%
     assert full["step_time_s"] - plain["step_time_s"] == pytest.approx(11 * t_f, rel=1e-3)
@@ -162,16 +178,18 @@ def test_full_recompute_adds_a_forward_to_each_backward_and_keeps_only_layer_inp
     # activations per layer: 2sbh (Korthikanti et al. Table 2) instead of sbh(34 + 5as/h)
     sbh = 256 * 1 * 512
     drop = (sbh * (34 + 5 * 8 * 256 / 512) - 2 * sbh) * 4  # rank 0 holds 4 microbatches of 1 layer
-    assert (plain["memory_peak_bytes_per_rank"]["0"]["activations"]
-            - full["memory_peak_bytes_per_rank"]["0"]["activations"]) == pytest.approx(drop, rel=1e-12)
+    assert (
+        plain["memory_peak_bytes_per_rank"]["0"]["activations"] - full["memory_peak_bytes_per_rank"]["0"]["activations"]
+    ) == pytest.approx(drop, rel=1e-12)
 
 
 @pytest.mark.parametrize("zero", [0, 3])
 def test_full_recompute_reruns_the_forward_and_still_matches_one_device(zero):
     text = SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
     text = text.replace("parallel: {pp: 2}", f"parallel: {{pp: 2, dp: 2, zero: {zero}}}")
-    text = text.replace("training: {global_batch: 4, micro_batch: 1}",
-                        "training: {global_batch: 8, micro_batch: 1, recompute: full}")
+    text = text.replace(
+        "training: {global_batch: 4, micro_batch: 1}", "training: {global_batch: 8, micro_batch: 1, recompute: full}"
+    )
     text = text.replace("gpus_per_node: 2", "gpus_per_node: 4")
     result = simulate(load_scenario_text(text, "recompute.yaml"))
     assert result.summary["numerics_max_rel_err"] < 1e-10
@@ -187,9 +205,12 @@ def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
     last stage also gathers every rank's 2 fp32 cross-entropy statistics per token, and sequence
     parallelism sums the replicated parameters' bf16 gradients (6h per layer, 2h more for the final
     layernorm) once per step."""
-    text = (SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
-            .replace("parallel: {pp: 2}", f"parallel: {{pp: 2, tp: 2, sequence_parallel: {str(sp).lower()}}}")
-            .replace("gpus_per_node: 2", "gpus_per_node: 4").replace("numerics: {", "numerics: {enabled: false, "))
+    text = (
+        SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
+        .replace("parallel: {pp: 2}", f"parallel: {{pp: 2, tp: 2, sequence_parallel: {str(sp).lower()}}}")
+        .replace("gpus_per_node: 2", "gpus_per_node: 4")
+        .replace("numerics: {", "numerics: {enabled: false, ")
+    )
     summary = simulate(load_scenario_text(text, "tp.yaml")).summary
     t, m, layers, s_, b, h = 2, 4, 2, 256, 1, 512  # tp, microbatches, layers per stage, the model's sizes
     unit = (t - 1) / t * s_ * b * h * 2  # a reduce-scatter or all-gather of one bf16 activation
@@ -199,10 +220,16 @@ def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
     last_sync = 2 * (t - 1) / t * 2 * (6 * h * layers + 2 * h) if sp else 0.0
     expected = {0: m * per_microbatch + sync, 2: m * (per_microbatch + loss_gather) + last_sync}
     for rank in range(4):
-        assert summary["comm_bytes_sent_per_rank"][str(rank)]["tp"] == pytest.approx(expected[rank // 2 * 2],
-                                                                                     rel=1e-9)
+        assert summary["comm_bytes_sent_per_rank"][str(rank)]["tp"] == pytest.approx(expected[rank // 2 * 2], rel=1e-9)
     # the matmuls are split two ways: each rank does half a stage's model FLOPs
-    one = simulate(load_scenario_text(SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
-                                      .replace("numerics: {", "numerics: {enabled: false, "), "a.yaml")).summary
+    one = simulate(
+        load_scenario_text(
+            SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam").replace(
+                "numerics: {", "numerics: {enabled: false, "
+            ),
+            "a.yaml",
+        )
+    ).summary
     assert summary["tflops_per_gpu"] * summary["step_time_s"] * 2 == pytest.approx(
-        one["tflops_per_gpu"] * one["step_time_s"], rel=1e-9)
+        one["tflops_per_gpu"] * one["step_time_s"], rel=1e-9
+    )

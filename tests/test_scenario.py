@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.sim.scenario.hardware import GPUS
+from clustersim.sim.scenario.loader import load_scenario, load_scenario_text, load_scenarios, load_variants_text
 from clustersim.sim.scenario.presets import MODELS, MoESpec
 from clustersim.sim.scenario.schema import Scenario, ScenarioError, scenario_json_schema
-from clustersim.sim.scenario.loader import load_scenario, load_scenario_text, load_scenarios, load_variants_text
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
@@ -92,8 +92,7 @@ def test_every_bundled_scenario_loads_and_opens_with_a_question():
 
 
 def test_defaults_fill_optional_sections():
-    s = load_scenario_text(variant(("parallel", DELETE), ("schedule", DELETE),
-                                   ("cluster.gpus_per_node", 1)), "d.yaml")
+    s = load_scenario_text(variant(("parallel", DELETE), ("schedule", DELETE), ("cluster.gpus_per_node", 1)), "d.yaml")
     assert (s.parallel.pp, s.parallel.tp, s.parallel.dp) == (1, 1, 1)
     assert s.schedule == "1f1b"
     assert s.training.dtype == "bf16"
@@ -103,8 +102,9 @@ def test_defaults_fill_optional_sections():
 
 @pytest.mark.parametrize("preset", sorted(MODELS))
 def test_every_preset_is_a_valid_model(preset):
-    s = load_scenario_text(variant(NO_NUMERICS, ("model", {"preset": preset}), ("parallel", {}),
-                                   ("cluster.gpus_per_node", 1)))
+    s = load_scenario_text(
+        variant(NO_NUMERICS, ("model", {"preset": preset}), ("parallel", {}), ("cluster.gpus_per_node", 1))
+    )
     assert s.model_spec == MODELS[preset]
 
 
@@ -129,30 +129,44 @@ def test_without_preset_ffn_defaults_to_4h():
 
 
 def test_moe_preset_keys_are_overridden_one_by_one():
-    s = load_scenario_text(variant(NO_NUMERICS, ("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 1, "capacity_factor": 1.25}}),
-                                   ("parallel", {}), ("cluster.gpus_per_node", 1)))
+    s = load_scenario_text(
+        variant(
+            NO_NUMERICS,
+            ("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 1, "capacity_factor": 1.25}}),
+            ("parallel", {}),
+            ("cluster.gpus_per_node", 1),
+        )
+    )
     assert s.model_spec.moe == MoESpec(num_experts=8, top_k=1, expert_ffn=14336, capacity_factor=1.25)
     assert s.model_spec.hidden == 4096 and s.parallel.ep == 1
 
 
 def test_moe_null_makes_a_moe_preset_dense():
-    s = load_scenario_text(variant(("model", {"preset": "mixtral-8x7b", "moe": None}), ("parallel", {}),
-                                   ("cluster.gpus_per_node", 1)))
+    s = load_scenario_text(
+        variant(("model", {"preset": "mixtral-8x7b", "moe": None}), ("parallel", {}), ("cluster.gpus_per_node", 1))
+    )
     assert s.model_spec.moe is None and s.model_spec.ffn == 14336
 
 
 def test_moe_on_a_dense_preset_takes_expert_ffn_from_ffn_and_defaults():
     s = load_scenario_text(variant(NO_NUMERICS, ("model.moe", {"experts": 8, "top_k": 2})))
-    assert s.model_spec.moe == MoESpec(num_experts=8, top_k=2, expert_ffn=4096, capacity_factor=None, every=1,
-                                       first_dense=0, shared_experts=0)
+    assert s.model_spec.moe == MoESpec(
+        num_experts=8, top_k=2, expert_ffn=4096, capacity_factor=None, every=1, first_dense=0, shared_experts=0
+    )
     assert s.model_spec.ffn == 4096 and s.model.moe.num_experts == 8
     assert MODELS["tiny-8l"].moe is None  # the preset itself is untouched
 
 
 def test_moe_without_preset_and_its_yaml_keys_in_the_resolved_scenario():
-    model = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 64, "vocab": 1000, "gated_mlp": True,
-             "moe": {"experts": 16, "top_k": 4, "every": 2, "expert_ffn": 128, "shared_experts": 2,
-                     "capacity_factor": 1}}
+    model = {
+        "layers": 4,
+        "hidden": 256,
+        "heads": 4,
+        "seq_len": 64,
+        "vocab": 1000,
+        "gated_mlp": True,
+        "moe": {"experts": 16, "top_k": 4, "every": 2, "expert_ffn": 128, "shared_experts": 2, "capacity_factor": 1},
+    }
     s = load_scenario_text(variant(NO_NUMERICS, ("model", model)))
     assert s.model_spec.ffn == 1024  # 4 x hidden: the dense layers 0 and 2
     assert s.model_spec.moe.capacity_factor == 1.0 and s.model_spec.moe.moe_layers(4) == (1, 3)
@@ -162,17 +176,31 @@ def test_moe_without_preset_and_its_yaml_keys_in_the_resolved_scenario():
 
 def test_expert_parallel_is_carved_out_of_data_parallel():
     """ep divides dp and the experts; the world size stays pp x tp x dp."""
-    s = load_scenario_text(variant(NO_NUMERICS, ("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
-                                   ("parallel.dp", 4), ("parallel.ep", 4)))
+    s = load_scenario_text(
+        variant(
+            NO_NUMERICS,
+            ("model.moe", {"experts": 8, "top_k": 2}),
+            ("parallel.pp", 1),
+            ("parallel.dp", 4),
+            ("parallel.ep", 4),
+        )
+    )
     assert (s.parallel.dp, s.parallel.ep, s.parallel.world_size) == (4, 4, 4)
-    s = load_scenario_text(variant(NO_NUMERICS, ("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 1),
-                                   ("parallel.tp", 2), ("parallel.dp", 2), ("parallel.ep", 2)))
+    s = load_scenario_text(
+        variant(
+            NO_NUMERICS,
+            ("model.moe", {"experts": 8, "top_k": 2}),
+            ("parallel.pp", 1),
+            ("parallel.tp", 2),
+            ("parallel.dp", 2),
+            ("parallel.ep", 2),
+        )
+    )
     assert (s.parallel.tp, s.parallel.ep) == (2, 2)
 
 
 def test_gpu_overrides_merge_into_gpu_spec():
-    overrides = {"memory": "80GiB", "efficiency": 0.4, "hbm_bandwidth": "2TB/s",
-                 "peak_flops": "300TFLOPS"}
+    overrides = {"memory": "80GiB", "efficiency": 0.4, "hbm_bandwidth": "2TB/s", "peak_flops": "300TFLOPS"}
     spec = load_scenario_text(variant(("cluster.gpu_overrides", overrides))).gpu_spec
     assert spec.memory_bytes == 80 * 2**30
     assert spec.efficiency == 0.4
@@ -182,16 +210,19 @@ def test_gpu_overrides_merge_into_gpu_spec():
 
 
 def test_plain_numbers_micro_sign_and_yaml12_floats():
-    s = load_scenario_text(variant(("cluster.topology.link_bandwidth", 3e11),
-                                   ("cluster.topology.link_latency", "2\u00b5s")) + "numerics: {lr: 1e-3}\n")
+    s = load_scenario_text(
+        variant(("cluster.topology.link_bandwidth", 3e11), ("cluster.topology.link_latency", "2\u00b5s"))
+        + "numerics: {lr: 1e-3}\n"
+    )
     assert s.cluster.topology.link_bandwidth_Bps == 3e11
     assert s.cluster.topology.link_latency_s == 2e-6
     assert s.numerics.lr == 1e-3  # PyYAML alone reads '1e-3' as a string
 
 
 def test_num_microbatches_divides_by_dp():
-    s = load_scenario_text(variant(("parallel.pp", 2), ("parallel.dp", 2),
-                                   ("training.global_batch", 32), ("training.micro_batch", 4)))
+    s = load_scenario_text(
+        variant(("parallel.pp", 2), ("parallel.dp", 2), ("training.global_batch", 32), ("training.micro_batch", 4))
+    )
     assert s.num_microbatches == 4
 
 
@@ -201,11 +232,19 @@ def test_the_shadow_model_must_shard_like_the_real_one():
     with pytest.raises(ScenarioError, match=r"^<string>: numerics\.heads: 2 is not divisible by parallel\.tp \(4\)"):
         load_scenario_text(variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 2)))
     with pytest.raises(ScenarioError, match=r"^<string>: numerics\.vocab: 30 is not divisible by parallel\.tp \(4\)"):
-        load_scenario_text(variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 4),
-                                   ("numerics.vocab", 30)))
+        load_scenario_text(
+            variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 4), ("numerics.vocab", 30))
+        )
     with pytest.raises(ScenarioError, match=r"^<string>: numerics\.seq_len: 6 is not divisible by parallel\.tp \(4\)"):
-        load_scenario_text(variant(("parallel.pp", 1), ("parallel.tp", 4), ("numerics.heads", 4),
-                                   ("parallel.sequence_parallel", True), ("numerics.seq_len", 6)))
+        load_scenario_text(
+            variant(
+                ("parallel.pp", 1),
+                ("parallel.tp", 4),
+                ("numerics.heads", 4),
+                ("parallel.sequence_parallel", True),
+                ("numerics.seq_len", 6),
+            )
+        )
     ok = load_scenario_text(variant(("parallel.pp", 2), ("parallel.tp", 2)))
     assert ok.parallel.tp == 2 and ok.numerics.enabled
 
@@ -231,22 +270,36 @@ def test_resolved_is_json_serialisable_and_stable():
     assert a["model"]["layers"] == 24  # preset expanded
     assert a["training"]["num_microbatches"] == 8
     assert a["output"]["dir"] == "runs/quickstart"
-    assert list(a) == ["name", "cluster", "model", "training", "parallel", "schedule",
-                       "numerics", "output"]
+    assert list(a) == ["name", "cluster", "model", "training", "parallel", "schedule", "numerics", "output"]
 
 
 def test_json_schema_is_json_and_covers_every_section():
     schema = json.loads(json.dumps(scenario_json_schema()))
-    assert set(schema["properties"]) == {"name", "cluster", "model", "training", "parallel",
-                                         "schedule", "numerics", "output"}
+    assert set(schema["properties"]) == {
+        "name",
+        "cluster",
+        "model",
+        "training",
+        "parallel",
+        "schedule",
+        "numerics",
+        "output",
+    }
     topology = schema["$defs"]["TopologySection"]["properties"]
     bandwidth = topology["link_bandwidth"]["anyOf"][0]
     assert bandwidth["type"] == "string" and re.match(bandwidth["pattern"], "300GB/s")
     assert schema["$defs"]["TopologySection"]["additionalProperties"] is False
     assert "required" not in schema["$defs"]["ModelSection"]  # a preset may supply them all
     moe = schema["$defs"]["MoESection"]
-    assert set(moe["properties"]) == {"experts", "top_k", "capacity_factor", "every", "first_dense", "expert_ffn",
-                                      "shared_experts"}
+    assert set(moe["properties"]) == {
+        "experts",
+        "top_k",
+        "capacity_factor",
+        "every",
+        "first_dense",
+        "expert_ffn",
+        "shared_experts",
+    }
     assert moe["additionalProperties"] is False
     assert "ep" in schema["$defs"]["ParallelSection"]["properties"]
 
@@ -255,114 +308,288 @@ def test_json_schema_is_json_and_covers_every_section():
 
 BAD = [
     # (id, YAML text, field path, reason regex)
-    ("unknown_top_level_key", variant(("foo", 1)), "foo",
-     r"unknown key 'foo' \(allowed: name, cluster, model, training, parallel, schedule, numerics, output\)$"),
-    ("unknown_nested_key", variant(("cluster.topology.link_bandwith", "1GB/s")), "cluster.topology.link_bandwith",
-     r"unknown key 'link_bandwith' \(allowed: kind, link_bandwidth, link_latency, axes, wrap, nvlink_bandwidth, "
-     r"nic_bandwidth, leaf_radix, oversubscription, tiers, load_balance\); "
-     r"did you mean 'link_bandwidth'\?$"),
-    ("unknown_override_key", variant(("cluster.gpu_overrides.tflops", 1)), "cluster.gpu_overrides.tflops",
-     r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\); "
-     r"did you mean 'peak_flops'\?$"),
-    ("typo_is_reported_before_the_missing_key", variant(("cluster", DELETE), ("clustr", BASE["cluster"])),
-     "clustr", r"unknown key 'clustr' \(allowed: .*\); did you mean 'cluster'\?$"),
+    (
+        "unknown_top_level_key",
+        variant(("foo", 1)),
+        "foo",
+        r"unknown key 'foo' \(allowed: name, cluster, model, training, parallel, schedule, numerics, output\)$",
+    ),
+    (
+        "unknown_nested_key",
+        variant(("cluster.topology.link_bandwith", "1GB/s")),
+        "cluster.topology.link_bandwith",
+        r"unknown key 'link_bandwith' \(allowed: kind, link_bandwidth, link_latency, axes, wrap, nvlink_bandwidth, "
+        r"nic_bandwidth, leaf_radix, oversubscription, tiers, load_balance\); "
+        r"did you mean 'link_bandwidth'\?$",
+    ),
+    (
+        "unknown_override_key",
+        variant(("cluster.gpu_overrides.tflops", 1)),
+        "cluster.gpu_overrides.tflops",
+        r"unknown key 'tflops' \(allowed: peak_flops, memory, hbm_bandwidth, efficiency\); "
+        r"did you mean 'peak_flops'\?$",
+    ),
+    (
+        "typo_is_reported_before_the_missing_key",
+        variant(("cluster", DELETE), ("clustr", BASE["cluster"])),
+        "clustr",
+        r"unknown key 'clustr' \(allowed: .*\); did you mean 'cluster'\?$",
+    ),
     ("wrong_type_word", variant(("parallel.pp", "four")), "parallel.pp", r"expected an integer, got 'four'$"),
-    ("no_coercion_of_digit_strings", variant(("parallel.pp", "4")), "parallel.pp",
-     r"expected an integer, got '4'$"),
-    ("float_is_not_int", variant(("training.micro_batch", 2.0)), "training.micro_batch",
-     r"expected an integer, got 2\.0$"),
+    ("no_coercion_of_digit_strings", variant(("parallel.pp", "4")), "parallel.pp", r"expected an integer, got '4'$"),
+    (
+        "float_is_not_int",
+        variant(("training.micro_batch", 2.0)),
+        "training.micro_batch",
+        r"expected an integer, got 2\.0$",
+    ),
     ("bool_is_not_int", variant(("parallel.pp", True)), "parallel.pp", r"expected an integer, got true$"),
     ("section_not_a_mapping", variant(("cluster", "big")), "cluster", r"expected a mapping, got 'big'$"),
     ("name_wrong_type", variant(("name", 5)), "name", r"expected a string, got 5$"),
     ("name_not_a_folder_name", variant(("name", "my run")), "name", r"'my run' is not a valid name"),
     ("negative_size", variant(("model.layers", -8)), "model.layers", r"must be > 0, got -8$"),
     ("zero_size", variant(("cluster.gpus_per_node", 0)), "cluster.gpus_per_node", r"must be > 0, got 0$"),
-    ("negative_bandwidth", variant(("cluster.topology.link_bandwidth", "-300GB/s")),
-     "cluster.topology.link_bandwidth", r"must be > 0, got '-300GB/s'$"),
-    ("zero_bandwidth", variant(("cluster.topology.link_bandwidth", "0GB/s")),
-     "cluster.topology.link_bandwidth", r"must be > 0, got '0GB/s'$"),
-    ("negative_latency", variant(("cluster.topology.link_latency", "-1us")),
-     "cluster.topology.link_latency", r"must be >= 0, got '-1us'$"),
-    ("not_a_bandwidth", variant(("cluster.topology.link_bandwidth", "3 parsecs")),
-     "cluster.topology.link_bandwidth", r"'3 parsecs' is not a bandwidth; expected e\.g\. '300GB/s'$"),
-    ("efficiency_above_one", variant(("cluster.gpu_overrides", {"efficiency": 1.5})),
-     "cluster.gpu_overrides.efficiency", r"must be <= 1, got 1\.5$"),
-    ("layers_not_divisible_by_pp", variant(("parallel.pp", 3), ("cluster.gpus_per_node", 3)),
-     "parallel.pp", r"3 does not divide model\.layers \(8\)$"),
-    ("heads_not_divisible_by_tp", variant(("parallel.pp", 1), ("parallel.tp", 3), ("cluster.gpus_per_node", 3)),
-     "parallel.tp", r"3 does not divide model\.heads \(16\)$"),
-    ("ffn_not_divisible_by_tp", variant(("parallel.pp", 1), ("parallel.tp", 4), ("model.ffn", 4098)),
-     "parallel.tp", r"4 does not divide model\.ffn \(4098\)$"),
-    ("gpu_count_mismatch", variant(("parallel.dp", 2)), "parallel",
-     re.escape("pp(4) x tp(1) x dp(2) = 8 != 4 GPUs (cluster.nodes 1 x cluster.gpus_per_node 4)") + "$"),
-    ("fewer_than_one_microbatch", variant(("training.global_batch", 1)), "training.global_batch",
-     re.escape("1 < training.micro_batch (2) x parallel.dp (1) = 2") + ": less than one microbatch"),
-    ("global_batch_not_divisible", variant(("parallel.pp", 2), ("parallel.dp", 2),
-                                           ("training.global_batch", 12), ("training.micro_batch", 4)),
-     "training.global_batch",
-     re.escape("12 is not divisible by training.micro_batch (4) x parallel.dp (2) = 8") + "$"),
-    ("unknown_gpu", variant(("cluster.gpu", "V100")), "cluster.gpu",
-     r"unknown gpu 'V100' \(valid: A100-SXM-80GB, H100-SXM, H200\)$"),
-    ("unknown_preset", variant(("model.preset", "gpt5")), "model.preset",
-     r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l, mixtral-8x7b, "
-     r"deepseek-v3-like\)$"),
-    ("unknown_schedule", variant(("schedule", "zb-v")), "schedule",
-     r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved\)$"),
-    ("unknown_topology_kind", variant(("cluster.topology.kind", "hypercube")), "cluster.topology.kind",
-     r"unknown topology kind 'hypercube' \(valid: switch, ring, torus, mesh, dgx, fattree\)$"),
-    ("unknown_dtype", variant(("training.dtype", "fp8")), "training.dtype",
-     r"unknown dtype 'fp8' \(valid: bf16, fp16, fp32\)$"),
-    ("missing_required_field", variant(("training.global_batch", DELETE)), "training.global_batch",
-     r"required field missing$"),
+    (
+        "negative_bandwidth",
+        variant(("cluster.topology.link_bandwidth", "-300GB/s")),
+        "cluster.topology.link_bandwidth",
+        r"must be > 0, got '-300GB/s'$",
+    ),
+    (
+        "zero_bandwidth",
+        variant(("cluster.topology.link_bandwidth", "0GB/s")),
+        "cluster.topology.link_bandwidth",
+        r"must be > 0, got '0GB/s'$",
+    ),
+    (
+        "negative_latency",
+        variant(("cluster.topology.link_latency", "-1us")),
+        "cluster.topology.link_latency",
+        r"must be >= 0, got '-1us'$",
+    ),
+    (
+        "not_a_bandwidth",
+        variant(("cluster.topology.link_bandwidth", "3 parsecs")),
+        "cluster.topology.link_bandwidth",
+        r"'3 parsecs' is not a bandwidth; expected e\.g\. '300GB/s'$",
+    ),
+    (
+        "efficiency_above_one",
+        variant(("cluster.gpu_overrides", {"efficiency": 1.5})),
+        "cluster.gpu_overrides.efficiency",
+        r"must be <= 1, got 1\.5$",
+    ),
+    (
+        "layers_not_divisible_by_pp",
+        variant(("parallel.pp", 3), ("cluster.gpus_per_node", 3)),
+        "parallel.pp",
+        r"3 does not divide model\.layers \(8\)$",
+    ),
+    (
+        "heads_not_divisible_by_tp",
+        variant(("parallel.pp", 1), ("parallel.tp", 3), ("cluster.gpus_per_node", 3)),
+        "parallel.tp",
+        r"3 does not divide model\.heads \(16\)$",
+    ),
+    (
+        "ffn_not_divisible_by_tp",
+        variant(("parallel.pp", 1), ("parallel.tp", 4), ("model.ffn", 4098)),
+        "parallel.tp",
+        r"4 does not divide model\.ffn \(4098\)$",
+    ),
+    (
+        "gpu_count_mismatch",
+        variant(("parallel.dp", 2)),
+        "parallel",
+        re.escape("pp(4) x tp(1) x dp(2) = 8 != 4 GPUs (cluster.nodes 1 x cluster.gpus_per_node 4)") + "$",
+    ),
+    (
+        "fewer_than_one_microbatch",
+        variant(("training.global_batch", 1)),
+        "training.global_batch",
+        re.escape("1 < training.micro_batch (2) x parallel.dp (1) = 2") + ": less than one microbatch",
+    ),
+    (
+        "global_batch_not_divisible",
+        variant(("parallel.pp", 2), ("parallel.dp", 2), ("training.global_batch", 12), ("training.micro_batch", 4)),
+        "training.global_batch",
+        re.escape("12 is not divisible by training.micro_batch (4) x parallel.dp (2) = 8") + "$",
+    ),
+    (
+        "unknown_gpu",
+        variant(("cluster.gpu", "V100")),
+        "cluster.gpu",
+        r"unknown gpu 'V100' \(valid: A100-SXM-80GB, H100-SXM, H200\)$",
+    ),
+    (
+        "unknown_preset",
+        variant(("model.preset", "gpt5")),
+        "model.preset",
+        r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l, mixtral-8x7b, "
+        r"deepseek-v3-like\)$",
+    ),
+    (
+        "unknown_schedule",
+        variant(("schedule", "zb-v")),
+        "schedule",
+        r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved\)$",
+    ),
+    (
+        "unknown_topology_kind",
+        variant(("cluster.topology.kind", "hypercube")),
+        "cluster.topology.kind",
+        r"unknown topology kind 'hypercube' \(valid: switch, ring, torus, mesh, dgx, fattree\)$",
+    ),
+    (
+        "unknown_dtype",
+        variant(("training.dtype", "fp8")),
+        "training.dtype",
+        r"unknown dtype 'fp8' \(valid: bf16, fp16, fp32\)$",
+    ),
+    (
+        "missing_required_field",
+        variant(("training.global_batch", DELETE)),
+        "training.global_batch",
+        r"required field missing$",
+    ),
     ("missing_section", variant(("cluster", DELETE)), "cluster", r"required field missing$"),
-    ("missing_model_field_without_preset",
-     variant(("model", {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 128})), "model.vocab",
-     r"required field missing \(or set model\.preset: gpt3-1\.3b"),
-    ("model_heads_not_dividing_hidden", variant(("model.heads", 7)), "model.heads",
-     r"7 does not divide model\.hidden \(1024\)$"),
-    ("numerics_heads_not_dividing_hidden", variant(("numerics", {"hidden": 16, "heads": 3})),
-     "numerics.heads", r"3 does not divide numerics\.hidden \(16\)$"),
-    ("numerics_unknown_optimizer", variant(("numerics", {"optimizer": "lion"})), "numerics.optimizer",
-     r"unknown optimizer 'lion' \(valid: adam, sgd\)$"),
+    (
+        "missing_model_field_without_preset",
+        variant(("model", {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 128})),
+        "model.vocab",
+        r"required field missing \(or set model\.preset: gpt3-1\.3b",
+    ),
+    (
+        "model_heads_not_dividing_hidden",
+        variant(("model.heads", 7)),
+        "model.heads",
+        r"7 does not divide model\.hidden \(1024\)$",
+    ),
+    (
+        "numerics_heads_not_dividing_hidden",
+        variant(("numerics", {"hidden": 16, "heads": 3})),
+        "numerics.heads",
+        r"3 does not divide numerics\.hidden \(16\)$",
+    ),
+    (
+        "numerics_unknown_optimizer",
+        variant(("numerics", {"optimizer": "lion"})),
+        "numerics.optimizer",
+        r"unknown optimizer 'lion' \(valid: adam, sgd\)$",
+    ),
     # Mixture-of-Experts: model.moe and parallel.ep
-    ("moe_top_k_above_experts", variant(("model.moe", {"experts": 4, "top_k": 5})), "model.moe.top_k",
-     r"5 > model\.moe\.experts \(4\): a token cannot go to more experts than there are$"),
-    ("moe_top_k_override_above_the_presets_experts", variant(("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 9}}),
-                                                             ("parallel", {}), ("cluster.gpus_per_node", 1)),
-     "model.moe.top_k", r"9 > model\.moe\.experts \(8\)"),
-    ("moe_zero_capacity_factor", variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": 0})),
-     "model.moe.capacity_factor", r"must be > 0, got 0$"),
-    ("moe_negative_capacity_factor", variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": -1.25})),
-     "model.moe.capacity_factor", r"must be > 0, got -1\.25$"),
-    ("moe_infinite_capacity_factor", variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": math.inf})),
-     "model.moe.capacity_factor", r"must be a finite number, got inf$"),
+    (
+        "moe_top_k_above_experts",
+        variant(("model.moe", {"experts": 4, "top_k": 5})),
+        "model.moe.top_k",
+        r"5 > model\.moe\.experts \(4\): a token cannot go to more experts than there are$",
+    ),
+    (
+        "moe_top_k_override_above_the_presets_experts",
+        variant(
+            ("model", {"preset": "mixtral-8x7b", "moe": {"top_k": 9}}), ("parallel", {}), ("cluster.gpus_per_node", 1)
+        ),
+        "model.moe.top_k",
+        r"9 > model\.moe\.experts \(8\)",
+    ),
+    (
+        "moe_zero_capacity_factor",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": 0})),
+        "model.moe.capacity_factor",
+        r"must be > 0, got 0$",
+    ),
+    (
+        "moe_negative_capacity_factor",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": -1.25})),
+        "model.moe.capacity_factor",
+        r"must be > 0, got -1\.25$",
+    ),
+    (
+        "moe_infinite_capacity_factor",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "capacity_factor": math.inf})),
+        "model.moe.capacity_factor",
+        r"must be a finite number, got inf$",
+    ),
     ("moe_without_experts", variant(("model.moe", {"top_k": 2})), "model.moe.experts", r"required field missing$"),
-    ("moe_unknown_key", variant(("model.moe", {"experts": 4, "top_k": 2, "topk": 1})), "model.moe.topk",
-     r"unknown key 'topk'"),
-    ("moe_zero_every", variant(("model.moe", {"experts": 4, "top_k": 2, "every": 0})), "model.moe.every",
-     r"must be > 0, got 0$"),
-    ("moe_no_moe_layer_left", variant(("model.moe", {"experts": 4, "top_k": 2, "first_dense": 8})),
-     "model.moe.first_dense", re.escape("no MoE layer among model.layers (8): layer i is MoE when i >= "
-                                        "model.moe.first_dense (8) and i % model.moe.every (1) == 0") + "$"),
-    ("moe_every_beyond_the_layers", variant(("model.moe", {"experts": 4, "top_k": 2, "every": 9})),
-     "model.moe.every", r"no MoE layer among model\.layers \(8\)"),
-    ("ep_on_a_dense_model", variant(("parallel.pp", 2), ("parallel.dp", 2), ("parallel.ep", 2)), "parallel.ep",
-     r"2 needs an MoE model \(set model\.moe\); this model is dense$"),
-    ("ep_not_dividing_experts", variant(("model.moe", {"experts": 6, "top_k": 2}), ("parallel.pp", 1),
-                                        ("parallel.dp", 4), ("parallel.ep", 4)),
-     "parallel.ep", r"4 does not divide model\.moe\.experts \(6\)$"),
-    ("ep_not_dividing_dp", variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.ep", 2)), "parallel.ep",
-     r"2 does not divide parallel\.dp \(1\): expert-parallel groups are carved out of the data-parallel group$"),
-    ("ep_spanning_tp_is_not_modelled", variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 2),
-                                               ("parallel.tp", 2), ("parallel.ep", 2)),
-     "parallel.ep", r"2 does not divide parallel\.dp \(1\)"),
+    (
+        "moe_unknown_key",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "topk": 1})),
+        "model.moe.topk",
+        r"unknown key 'topk'",
+    ),
+    (
+        "moe_zero_every",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "every": 0})),
+        "model.moe.every",
+        r"must be > 0, got 0$",
+    ),
+    (
+        "moe_no_moe_layer_left",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "first_dense": 8})),
+        "model.moe.first_dense",
+        re.escape(
+            "no MoE layer among model.layers (8): layer i is MoE when i >= "
+            "model.moe.first_dense (8) and i % model.moe.every (1) == 0"
+        )
+        + "$",
+    ),
+    (
+        "moe_every_beyond_the_layers",
+        variant(("model.moe", {"experts": 4, "top_k": 2, "every": 9})),
+        "model.moe.every",
+        r"no MoE layer among model\.layers \(8\)",
+    ),
+    (
+        "ep_on_a_dense_model",
+        variant(("parallel.pp", 2), ("parallel.dp", 2), ("parallel.ep", 2)),
+        "parallel.ep",
+        r"2 needs an MoE model \(set model\.moe\); this model is dense$",
+    ),
+    (
+        "ep_not_dividing_experts",
+        variant(("model.moe", {"experts": 6, "top_k": 2}), ("parallel.pp", 1), ("parallel.dp", 4), ("parallel.ep", 4)),
+        "parallel.ep",
+        r"4 does not divide model\.moe\.experts \(6\)$",
+    ),
+    (
+        "ep_not_dividing_dp",
+        variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.ep", 2)),
+        "parallel.ep",
+        r"2 does not divide parallel\.dp \(1\): expert-parallel groups are carved out of the data-parallel group$",
+    ),
+    (
+        "ep_spanning_tp_is_not_modelled",
+        variant(("model.moe", {"experts": 8, "top_k": 2}), ("parallel.pp", 2), ("parallel.tp", 2), ("parallel.ep", 2)),
+        "parallel.ep",
+        r"2 does not divide parallel\.dp \(1\)",
+    ),
     ("ep_zero", variant(("parallel.ep", 0)), "parallel.ep", r"must be > 0, got 0$"),
     # tensor parallelism splits an MoE layer's tokens (whole experts on every rank), not expert_ffn
-    ("tp_not_dividing_moe_tokens", variant(("model", {"layers": 8, "hidden": 512, "heads": 8, "seq_len": 126,
-                                                      "vocab": 1000, "moe": {"experts": 4, "top_k": 2}}),
-                                           ("training.micro_batch", 1), ("parallel.pp", 1), ("parallel.tp", 4)),
-     "parallel.tp", re.escape("4 does not divide training.micro_batch (1) x model.seq_len (126) = 126 tokens: each "
-                              "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts") + "$"),
+    (
+        "tp_not_dividing_moe_tokens",
+        variant(
+            (
+                "model",
+                {
+                    "layers": 8,
+                    "hidden": 512,
+                    "heads": 8,
+                    "seq_len": 126,
+                    "vocab": 1000,
+                    "moe": {"experts": 4, "top_k": 2},
+                },
+            ),
+            ("training.micro_batch", 1),
+            ("parallel.pp", 1),
+            ("parallel.tp", 4),
+        ),
+        "parallel.tp",
+        re.escape(
+            "4 does not divide training.micro_batch (1) x model.seq_len (126) = 126 tokens: each "
+            "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts"
+        )
+        + "$",
+    ),
 ]
 
 
@@ -399,8 +626,12 @@ def test_rejects_a_directory(tmp_path):
 
 
 def test_error_carries_file_path_and_reason():
-    err = assert_rejected(variant(("parallel.pp", 3), ("cluster.gpus_per_node", 3)), "parallel.pp",
-                          r"3 does", filename="scenarios/bad.yaml")
+    err = assert_rejected(
+        variant(("parallel.pp", 3), ("cluster.gpus_per_node", 3)),
+        "parallel.pp",
+        r"3 does",
+        filename="scenarios/bad.yaml",
+    )
     assert str(err) == "scenarios/bad.yaml: parallel.pp: 3 does not divide model.layers (8)"
     assert err.reason == "3 does not divide model.layers (8)"
 
@@ -414,19 +645,41 @@ def test_scenario_model_validate_applies_the_same_rules():
 # --- robustness: bad input is a ScenarioError, never a traceback --------------------------------
 
 YAML_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True)
-    | st.text(max_size=12),
+    st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6,
 )
-FIELD_PATHS = st.sampled_from([
-    "name", "cluster", "cluster.gpu", "cluster.nodes", "cluster.topology.link_bandwidth",
-    "cluster.topology.link_latency", "cluster.gpu_overrides", "cluster.gpu_overrides.memory",
-    "model", "model.preset", "model.layers", "model.hidden", "training.global_batch",
-    "training.dtype", "parallel.pp", "parallel.tp", "schedule", "numerics", "numerics.lr",
-    "output.dir", "extra", "model.moe", "model.moe.experts", "model.moe.top_k", "model.moe.capacity_factor",
-    "model.moe.every", "parallel.ep",
-])
+FIELD_PATHS = st.sampled_from(
+    [
+        "name",
+        "cluster",
+        "cluster.gpu",
+        "cluster.nodes",
+        "cluster.topology.link_bandwidth",
+        "cluster.topology.link_latency",
+        "cluster.gpu_overrides",
+        "cluster.gpu_overrides.memory",
+        "model",
+        "model.preset",
+        "model.layers",
+        "model.hidden",
+        "training.global_batch",
+        "training.dtype",
+        "parallel.pp",
+        "parallel.tp",
+        "schedule",
+        "numerics",
+        "numerics.lr",
+        "output.dir",
+        "extra",
+        "model.moe",
+        "model.moe.experts",
+        "model.moe.top_k",
+        "model.moe.capacity_factor",
+        "model.moe.every",
+        "parallel.ep",
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -448,8 +701,15 @@ def test_any_text_is_a_scenario_or_a_one_line_error(text):
 
 def test_variants_override_dotted_paths_and_are_named_after_the_file():
     ring_topology = {"kind": "ring", "link_bandwidth": "100GB/s", "link_latency": "1us"}
-    text = variant(("variants", [{"name": "ring", "cluster.topology": ring_topology},
-                                 {"name": "fast", "cluster.topology.link_bandwidth": "900GB/s"}]))
+    text = variant(
+        (
+            "variants",
+            [
+                {"name": "ring", "cluster.topology": ring_topology},
+                {"name": "fast", "cluster.topology.link_bandwidth": "900GB/s"},
+            ],
+        )
+    )
     ring, fast = load_variants_text(text)
     assert (ring.name, fast.name) == ("base-ring", "base-fast")
     assert ring.cluster.topology.kind == "ring" and ring.cluster.topology.link_bandwidth_Bps == 100e9

@@ -5,8 +5,8 @@ scenarios (64-128 GPUs; dense and MoE; fat trees and a torus) where the shortcut
 import numpy as np
 import pytest
 
-from clustersim.sim.results.links import hottest_links, utilisation_matrix
 from clustersim.sim.report import terminal_summary
+from clustersim.sim.results.links import hottest_links, utilisation_matrix
 from clustersim.sim.run import simulate, symmetry_of
 from clustersim.sim.scenario.loader import load_scenario_text
 
@@ -23,8 +23,10 @@ FATTREE = "{kind: fattree, leaf_radix: 16, load_balance: adaptive, link_latency:
 FATTREE_ECMP = "{kind: fattree, leaf_radix: 8, oversubscription: 2, load_balance: ecmp, link_latency: 1us}"
 TORUS = "{kind: torus, axes: [4, 4, 4], link_bandwidth: 100GB/s, link_latency: 1us}"
 
-MOE_MODEL = ("{layers: 4, hidden: 2048, heads: 16, ffn: 8192, seq_len: 1024, vocab: 32000, "
-             "moe: {experts: 16, top_k: 2, expert_ffn: 2048}}")
+MOE_MODEL = (
+    "{layers: 4, hidden: 2048, heads: 16, ffn: 8192, seq_len: 1024, vocab: 32000, "
+    "moe: {experts: 16, top_k: 2, expert_ffn: 2048}}"
+)
 
 CASES = {
     # (nodes, gpus per node, topology, tp, pp, dp, schedule, virtual, microbatches per replica[, MoE model, ep])
@@ -41,11 +43,20 @@ CASES = {
 
 def scenario(case: str):
     nodes, per_node, topology, tp, pp, dp, schedule, virtual, m, *moe = CASES[case]
-    text = SCENARIO.format(nodes=nodes, per_node=per_node, topology=topology, tp=tp, pp=pp, dp=dp,
-                           global_batch=m * dp, schedule=schedule, virtual=virtual)
+    text = SCENARIO.format(
+        nodes=nodes,
+        per_node=per_node,
+        topology=topology,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        global_batch=m * dp,
+        schedule=schedule,
+        virtual=virtual,
+    )
     if moe:  # an MoE model, expert-parallel over `ep` replicas, ZeRO 1 as the dense cases
         model, ep = moe
-        text = text.replace(text[text.index("model: "):text.index("\ntraining")], f"model: {model}")
+        text = text.replace(text[text.index("model: ") : text.index("\ntraining")], f"model: {model}")
         text = text.replace("zero: 1,", f"zero: 1, ep: {ep},")
     return load_scenario_text(text, f"{case}.yaml")
 
@@ -54,13 +65,20 @@ def run(case: str, exact: bool) -> dict:
     result = simulate(scenario(case), exact=exact)
     stats = result.log.links
     busiest = hottest_links(stats, 16)
-    return {"summary": result.summary, "link_bytes": stats.bytes,
-            "over_time": utilisation_matrix(stats, busiest, result.summary["step_time_s"])}
+    return {
+        "summary": result.summary,
+        "link_bytes": stats.bytes,
+        "over_time": utilisation_matrix(stats, busiest, result.summary["step_time_s"]),
+    }
 
 
 # symmetric cases: a fat tree with adaptive routing; ECMP hashing and the torus tell images apart
-SYMMETRIC = {"fattree-64-interleaved": 2 * 8, "fattree-128-1f1b": 4 * 8, "fattree-256-1f1b": 8 * 8,
-             "moe-fattree-64": 1 * 8}  # images per walked rank: dp / ep x tp
+SYMMETRIC = {
+    "fattree-64-interleaved": 2 * 8,
+    "fattree-128-1f1b": 4 * 8,
+    "fattree-256-1f1b": 8 * 8,
+    "moe-fattree-64": 1 * 8,
+}  # images per walked rank: dp / ep x tp
 # messages per network flow (sim.orbits): the shifts that move whole leaf groups (16 nodes); with
 # 32 nodes in blocks of 4 (pp 4 x tp 8), replicas 0 and 4 only: 2 x 8
 FLOW_ORBITS = {"fattree-64-interleaved": 16, "fattree-128-1f1b": 32, "fattree-256-1f1b": 2 * 8, "moe-fattree-64": 8}
@@ -78,8 +96,9 @@ def test_replayed_collectives_change_nothing(case):
     else:
         assert fast["summary"]["symmetry"] is None
     assert fast["summary"]["step_time_s"] == pytest.approx(exact["summary"]["step_time_s"], rel=1e-9)
-    assert fast["summary"]["bubble_ratio_per_rank"] == pytest.approx(exact["summary"]["bubble_ratio_per_rank"],
-                                                                     rel=1e-9, abs=1e-12)
+    assert fast["summary"]["bubble_ratio_per_rank"] == pytest.approx(
+        exact["summary"]["bubble_ratio_per_rank"], rel=1e-9, abs=1e-12
+    )
     np.testing.assert_allclose(fast["link_bytes"], exact["link_bytes"], rtol=1e-12)
     np.testing.assert_allclose(fast["over_time"], exact["over_time"], rtol=1e-9, atol=1e-12)  # links.png's heatmap
     for rank, streams in exact["summary"]["comm_bytes_sent_per_rank"].items():
@@ -89,8 +108,17 @@ def test_replayed_collectives_change_nothing(case):
 def test_groups_whose_links_carry_other_traffic_are_not_replayed():
     """On one switch every GPU's link carries its tensor-parallel collectives and its pipeline
     messages too: no group qualifies, so everything runs the exact path."""
-    text = SCENARIO.format(nodes=1, per_node=8, topology="{kind: switch, link_bandwidth: 450GB/s, link_latency: 1us}",
-                           tp=4, pp=2, dp=1, global_batch=2, schedule="1f1b", virtual=1)
+    text = SCENARIO.format(
+        nodes=1,
+        per_node=8,
+        topology="{kind: switch, link_bandwidth: 450GB/s, link_latency: 1us}",
+        tp=4,
+        pp=2,
+        dp=1,
+        global_batch=2,
+        schedule="1f1b",
+        virtual=1,
+    )
     assert simulate(load_scenario_text(text, "switch.yaml")).summary["replayed_groups"] == 0
 
 
@@ -101,7 +129,7 @@ def test_a_symmetric_runs_table_lists_its_representatives():
     assert "symmetry         4 ranks walked, each standing for 32" in text
     lines = text.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.startswith("----"))  # under the table's header
-    assert [int(row.split()[0]) for row in lines[rule + 1:]] == [0, 8, 16, 24]  # rank (d=0, p, t=0) = 8 p
+    assert [int(row.split()[0]) for row in lines[rule + 1 :]] == [0, 8, 16, 24]  # rank (d=0, p, t=0) = 8 p
 
 
 def test_symmetry_needs_shifts_that_map_the_fat_tree_onto_itself():

@@ -6,8 +6,8 @@ import pytest
 from clustersim.schedules.tensor_parallel import tp_stage_plan
 from clustersim.sim.collectives.ops import reference
 from clustersim.sim.numerics.pipeline import max_errors
-from clustersim.sim.numerics.stages import StageModel, stage_param_names
 from clustersim.sim.numerics.sharding import shard_params, unshard_params
+from clustersim.sim.numerics.stages import StageModel
 from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
 from clustersim.sim.numerics.transformer import ShadowConfig, init_params, param_shapes
 
@@ -54,8 +54,10 @@ def split_seq(x, tp):
 def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
     """Every microbatch forward through the stages, then backward in reverse; the stages' kinds
     are checked against tp_collective_kinds along the way."""
-    stages = [[TensorParallelStage(CFG, s, num_stages, params, MICROBATCHES, tp, k, sp, recompute) for k in range(tp)]
-              for s in range(num_stages)]
+    stages = [
+        [TensorParallelStage(CFG, s, num_stages, params, MICROBATCHES, tp, k, sp, recompute) for k in range(tp)]
+        for s in range(num_stages)
+    ]
     losses, activations, dinputs = [], {}, {}
     for mb in range(MICROBATCHES):
         rows = slice(mb * BATCH, (mb + 1) * BATCH)
@@ -71,8 +73,9 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
         douts = [None] * tp
         for s in reversed(range(num_stages)):
             douts, kinds = lockstep([r.backward(mb, d) for r, d in zip(stages[s], douts)])
-            assert kinds == tp_collective_kinds("B", len(stages[s][0].layers), s == 0, s == num_stages - 1, sp, tp,
-                                                recompute)
+            assert kinds == tp_collective_kinds(
+                "B", len(stages[s][0].layers), s == 0, s == num_stages - 1, sp, tp, recompute
+            )
             dinputs[mb, s] = douts
     grads = {}
     for ranks in stages:
@@ -148,14 +151,19 @@ def test_qkv_shard_keeps_its_heads_q_k_v_blocks():
     w = params["layer1.attn.qkv.w"]  # (h, 3h): q | k | v, each head d = h / heads columns
     shard = shard_params(params, CFG, ["layer1.attn.qkv.w"], 2, 1)["layer1.attn.qkv.w"]  # heads 2, 3
     h = CFG.hidden
-    assert np.array_equal(shard, np.concatenate([w[:, h // 2:h], w[:, 3 * h // 2:2 * h], w[:, 5 * h // 2:]], axis=1))
+    assert np.array_equal(
+        shard, np.concatenate([w[:, h // 2 : h], w[:, 3 * h // 2 : 2 * h], w[:, 5 * h // 2 :]], axis=1)
+    )
 
 
-@pytest.mark.parametrize("knob, cfg", [
-    ("heads", ShadowConfig(layers=2, hidden=12, heads=3, ffn=32, seq_len=8, vocab=24)),
-    ("ffn", ShadowConfig(layers=2, hidden=16, heads=4, ffn=33, seq_len=8, vocab=24)),
-    ("vocab", ShadowConfig(layers=2, hidden=16, heads=4, ffn=32, seq_len=8, vocab=25)),
-])
+@pytest.mark.parametrize(
+    "knob, cfg",
+    [
+        ("heads", ShadowConfig(layers=2, hidden=12, heads=3, ffn=32, seq_len=8, vocab=24)),
+        ("ffn", ShadowConfig(layers=2, hidden=16, heads=4, ffn=33, seq_len=8, vocab=24)),
+        ("vocab", ShadowConfig(layers=2, hidden=16, heads=4, ffn=32, seq_len=8, vocab=25)),
+    ],
+)
 def test_rejects_tp_not_dividing_heads_ffn_or_vocab(knob, cfg):
     params = init_params(cfg, seed=0)
     with pytest.raises(ValueError, match=rf"does not divide {knob}"):

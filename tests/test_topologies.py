@@ -12,13 +12,13 @@ import pytest
 
 from clustersim.sim.cli import main
 from clustersim.sim.run import build_topology
-from clustersim.sim.scenario.schema import ScenarioError
 from clustersim.sim.scenario.loader import load_scenario_text
+from clustersim.sim.scenario.schema import ScenarioError
 from clustersim.sim.views.topology import draw_topology
 from clustersim.topologies.fattree import CX7_BANDWIDTH_Bps, NVLINK4_BANDWIDTH_Bps, dgx_node, fat_tree
 from clustersim.topologies.registry import TOPOLOGIES
 from clustersim.topologies.ring import ring
-from clustersim.topologies.routing import (DimensionOrderRouter, EcmpRouter, ShortestPathRouter, flow_hash, make_router)
+from clustersim.topologies.routing import DimensionOrderRouter, EcmpRouter, ShortestPathRouter, flow_hash, make_router
 from clustersim.topologies.schema import BANDWIDTH, KIND, check_schema, gpu_nodes
 from clustersim.topologies.spec import parse_spec
 from clustersim.topologies.switch import switch
@@ -65,7 +65,7 @@ def node_paths(graph, src, dst) -> list[list]:
     assert indptr.dtype == np.int64 and links.dtype == np.int64 and indptr.shape == (len(src) + 1,)
     paths = []
     for i in range(len(src)):
-        hops = [edges[link] for link in links[indptr[i]:indptr[i + 1]]]
+        hops = [edges[link] for link in links[indptr[i] : indptr[i + 1]]]
         for (_, v), (u, _) in zip(hops, hops[1:]):
             assert v == u, f"flow {src[i]}->{dst[i]}: links do not chain: {hops}"
         paths.append([hops[0][0]] + [v for _, v in hops] if hops else [])
@@ -139,9 +139,20 @@ def fat_tree_sizes(nodes, gpus, radix, over, tiers):
     return 2 * nodes * gpus + nodes + switches, 2 * duplex
 
 
-@pytest.mark.parametrize("nodes,gpus,radix,over,tiers", [
-    (1, 8, 32, 1, 2), (8, 8, 32, 1, 2), (8, 8, 32, 2, 2), (128, 8, 32, 1, 2), (5, 4, 2, 1, 2),
-    (6, 4, 2, 1, 3), (128, 8, 32, 2, 3), (5, 2, 4, 3, 3), (9, 8, 4, 1.5, 3)])
+@pytest.mark.parametrize(
+    "nodes,gpus,radix,over,tiers",
+    [
+        (1, 8, 32, 1, 2),
+        (8, 8, 32, 1, 2),
+        (8, 8, 32, 2, 2),
+        (128, 8, 32, 1, 2),
+        (5, 4, 2, 1, 2),
+        (6, 4, 2, 1, 3),
+        (128, 8, 32, 2, 3),
+        (5, 2, 4, 3, 3),
+        (9, 8, 4, 1.5, 3),
+    ],
+)
 def test_fat_tree_counts(nodes, gpus, radix, over, tiers):
     graph = fat_tree(nodes, gpus, leaf_radix=radix, oversubscription=over, tiers=tiers)
     assert (graph.number_of_nodes(), graph.number_of_edges()) == fat_tree_sizes(nodes, gpus, radix, over, tiers)
@@ -154,8 +165,11 @@ def test_fat_tree_counts(nodes, gpus, radix, over, tiers):
 def leaf_bandwidth(graph, up: bool) -> float:
     """Total bandwidth out of every leaf, up to spines or down to NICs."""
     to = "spine" if up else "nic"
-    return sum(d[BANDWIDTH] for u, v, d in graph.edges(data=True)
-               if graph.nodes[u][KIND] == "leaf" and graph.nodes[v][KIND] == to)
+    return sum(
+        d[BANDWIDTH]
+        for u, v, d in graph.edges(data=True)
+        if graph.nodes[u][KIND] == "leaf" and graph.nodes[v][KIND] == to
+    )
 
 
 @pytest.mark.parametrize("over", [1, 2, 3, 1.5, 4])
@@ -181,22 +195,24 @@ def test_dgx_presets_are_h100_nvlink4_and_connectx7():
     assert (graph.graph["nodes"], graph.graph["gpus_per_node"]) == (1, 8)
 
 
-@pytest.mark.parametrize("build,match", [
-    (lambda: torus((4, 4, 4, 4), BW, LAT), "1 to 3 axes"),
-    (lambda: torus((0, 4), BW, LAT), "integers >= 1"),
-    (lambda: torus((4,), 0.0, LAT), "bandwidth_Bps > 0"),
-    (lambda: fat_tree(8, 8, tiers=4), "tiers must be 2 or 3"),
-    (lambda: fat_tree(8, 8, oversubscription=0), "oversubscription must be > 0"),
-    (lambda: fat_tree(8.0, 8), "nodes must be an integer"),
-    (lambda: fat_tree(8, 8, latency_s=-1.0), "latency_s must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "build,match",
+    [
+        (lambda: torus((4, 4, 4, 4), BW, LAT), "1 to 3 axes"),
+        (lambda: torus((0, 4), BW, LAT), "integers >= 1"),
+        (lambda: torus((4,), 0.0, LAT), "bandwidth_Bps > 0"),
+        (lambda: fat_tree(8, 8, tiers=4), "tiers must be 2 or 3"),
+        (lambda: fat_tree(8, 8, oversubscription=0), "oversubscription must be > 0"),
+        (lambda: fat_tree(8.0, 8), "nodes must be an integer"),
+        (lambda: fat_tree(8, 8, latency_s=-1.0), "latency_s must be >= 0"),
+    ],
+)
 def test_builders_reject_bad_sizes(build, match):
     with pytest.raises(ValueError, match=match):
         build()
 
 
 # --- dimension-order routing --------------------------------------------------------------------
-
 
 
 def torus_distance(src: np.ndarray, dst: np.ndarray, axes, wrap: bool = True) -> np.ndarray:
@@ -228,8 +244,10 @@ def test_dor_corrects_axis_0_then_1_then_2(axes, wrap):
     graph = torus(axes, BW, LAT, wrap=wrap)
     src, dst = all_pairs(math.prod(axes))
     for path in node_paths(graph, src, dst):
-        moved = [next(a for a, (x, y) in enumerate(zip(coords(u, axes), coords(v, axes))) if x != y)
-                 for u, v in zip(path, path[1:])]
+        moved = [
+            next(a for a, (x, y) in enumerate(zip(coords(u, axes), coords(v, axes))) if x != y)
+            for u, v in zip(path, path[1:])
+        ]
         assert moved == sorted(moved), path
 
 
@@ -248,8 +266,7 @@ def test_dor_ties_go_plus_and_shorter_way_round():
 def test_mesh_takes_the_only_direction():
     graph = mesh((6, 4), BW, LAT)
     [path] = node_paths(graph, np.array([5 * 4 + 3]), np.array([0]))  # no wraparound: all the way back
-    assert [coords(n, (6, 4)) for n in path] == [(5, 3), (4, 3), (3, 3), (2, 3), (1, 3), (0, 3),
-                                                 (0, 2), (0, 1), (0, 0)]
+    assert [coords(n, (6, 4)) for n in path] == [(5, 3), (4, 3), (3, 3), (2, 3), (1, 3), (0, 3), (0, 2), (0, 1), (0, 0)]
 
 
 def test_same_src_and_dst_is_an_empty_path():
@@ -350,13 +367,22 @@ def test_flow_hash_is_splitmix64_of_the_pair():
 # --- specs ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec,gpus,topology", [
-    ("ring:8", 8, "ring"), ("switch:16", 16, None), ("torus:4x4x4", 64, "torus"), ("torus:8x8", 64, "torus"),
-    ("torus:5", 5, "torus"), ("mesh:4x4", 16, "mesh"), ("dgx:1", 8, "dgx"), ("dgx:2", 16, "fattree"),
-    ("fattree:nodes=8,gpus_per_node=8", 64, "fattree"),
-    ("fattree:nodes=8,gpus_per_node=8,oversubscription=2,tiers=3", 64, "fattree"),
-    (" torus:2x2, bandwidth_Bps=5e10, latency_s=0 ", 4, "torus"),
-])
+@pytest.mark.parametrize(
+    "spec,gpus,topology",
+    [
+        ("ring:8", 8, "ring"),
+        ("switch:16", 16, None),
+        ("torus:4x4x4", 64, "torus"),
+        ("torus:8x8", 64, "torus"),
+        ("torus:5", 5, "torus"),
+        ("mesh:4x4", 16, "mesh"),
+        ("dgx:1", 8, "dgx"),
+        ("dgx:2", 16, "fattree"),
+        ("fattree:nodes=8,gpus_per_node=8", 64, "fattree"),
+        ("fattree:nodes=8,gpus_per_node=8,oversubscription=2,tiers=3", 64, "fattree"),
+        (" torus:2x2, bandwidth_Bps=5e10, latency_s=0 ", 4, "torus"),
+    ],
+)
 def test_spec_builds_the_named_topology(spec, gpus, topology):
     graph = parse_spec(spec)
     check_schema(graph)
@@ -370,21 +396,24 @@ def test_spec_link_options():
     assert (tree.graph["tiers"], tree.graph["oversubscription"]) == (3, 2)
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("hypercube:4", r"unknown kind 'hypercube' \(valid: ring, switch, torus, mesh, dgx, fattree\)"),
-    ("ring", "ring needs a GPU count"),
-    ("ring:x", r"ring needs a GPU count, e.g. ring:8 \(an integer >= 1\), got 'x'"),
-    ("ring:0", "an integer >= 1"),
-    ("torus:4x4x4x4", r"\(1 to 3 axes\), got '4x4x4x4'"),
-    ("torus:4by4", "torus needs axis sizes"),
-    ("torus:0x4", "integers >= 1"),
-    ("fattree:8", "expected key=value, got '8'"),
-    ("fattree:gpus_per_node=8", "fattree needs nodes"),
-    ("fattree:nodes=8,colour=2", r"unknown option 'colour' for fattree \(valid: nodes, gpus_per_node,"),
-    ("fattree:nodes=8,tiers=4", "tiers must be 2 or 3"),
-    ("ring:8,bandwidth_Bps=fast", r"bandwidth_Bps='fast' is not a number"),
-    ("switch:4,bandwidth_Bps=0", "bandwidth > 0"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("hypercube:4", r"unknown kind 'hypercube' \(valid: ring, switch, torus, mesh, dgx, fattree\)"),
+        ("ring", "ring needs a GPU count"),
+        ("ring:x", r"ring needs a GPU count, e.g. ring:8 \(an integer >= 1\), got 'x'"),
+        ("ring:0", "an integer >= 1"),
+        ("torus:4x4x4x4", r"\(1 to 3 axes\), got '4x4x4x4'"),
+        ("torus:4by4", "torus needs axis sizes"),
+        ("torus:0x4", "integers >= 1"),
+        ("fattree:8", "expected key=value, got '8'"),
+        ("fattree:gpus_per_node=8", "fattree needs nodes"),
+        ("fattree:nodes=8,colour=2", r"unknown option 'colour' for fattree \(valid: nodes, gpus_per_node,"),
+        ("fattree:nodes=8,tiers=4", "tiers must be 2 or 3"),
+        ("ring:8,bandwidth_Bps=fast", r"bandwidth_Bps='fast' is not a number"),
+        ("switch:4,bandwidth_Bps=0", "bandwidth > 0"),
+    ],
+)
 def test_spec_errors_name_the_spec_and_the_problem(spec, match):
     with pytest.raises(ValueError, match=rf"^topology spec {re.escape(repr(spec))}: .*{match}"):
         parse_spec(spec)
@@ -412,8 +441,12 @@ KINDS = {  # kind -> (nodes, gpus_per_node, topology)
     "torus": (1, 4, "{kind: torus, axes: [2, 2], wrap: true, link_bandwidth: 100GB/s, link_latency: 1us}"),
     "mesh": (1, 4, "{kind: mesh, axes: [4], link_bandwidth: 100GB/s, link_latency: 1us}"),
     "dgx": (1, 4, "{kind: dgx, link_latency: 1us}"),
-    "fattree": (2, 2, "{kind: fattree, nvlink_bandwidth: 450GB/s, nic_bandwidth: 50GB/s, leaf_radix: 32, "
-                "oversubscription: 1, tiers: 2, link_latency: 1us}"),
+    "fattree": (
+        2,
+        2,
+        "{kind: fattree, nvlink_bandwidth: 450GB/s, nic_bandwidth: 50GB/s, leaf_radix: 32, "
+        "oversubscription: 1, tiers: 2, link_latency: 1us}",
+    ),
 }
 
 
@@ -439,29 +472,67 @@ def test_scenario_fat_tree_and_dgx_defaults_are_dgx_h100():
     topology = load_scenario_text(scenario_text("{kind: fattree, link_latency: 1us}", 2, 2)).cluster.topology
     assert (topology.nvlink_bandwidth_Bps, topology.nic_bandwidth_Bps) == (450e9, 50e9)
     assert (topology.leaf_radix, topology.oversubscription, topology.tiers) == (32, 1.0, 2)
-    torus_section = load_scenario_text(scenario_text(
-        "{kind: torus, axes: [4], link_bandwidth: 1GB/s, link_latency: 1us}")).cluster.topology
+    torus_section = load_scenario_text(
+        scenario_text("{kind: torus, axes: [4], link_bandwidth: 1GB/s, link_latency: 1us}")
+    ).cluster.topology
     assert torus_section.wrap is True
 
 
-@pytest.mark.parametrize("topology,nodes,path,reason", [
-    ("{kind: torus, axes: [4, 4], link_bandwidth: 1GB/s, link_latency: 1us}", 1, "cluster.topology.axes",
-     r"4 x 4 = 16 GPUs != 4 \(cluster.nodes 1 x cluster.gpus_per_node 4\)$"),
-    ("{kind: torus, link_bandwidth: 1GB/s, link_latency: 1us}", 1, "cluster.topology.axes",
-     "required for topology kind 'torus'$"),
-    ("{kind: torus, axes: [1, 1, 2, 2], link_bandwidth: 1GB/s, link_latency: 1us}", 1, "cluster.topology.axes",
-     r"expected a list of 1 to 3 axis sizes, e.g. \[4, 4, 4\], got 4 axes$"),
-    ("{kind: switch, axes: [4], link_bandwidth: 1GB/s, link_latency: 1us}", 1, "cluster.topology.axes",
-     r"not used by topology kind 'switch' \(it takes: link_bandwidth, link_latency\)$"),
-    ("{kind: fattree, link_bandwidth: 1GB/s, link_latency: 1us}", 1, "cluster.topology.link_bandwidth",
-     "not used by topology kind 'fattree'"),
-    ("{kind: switch, link_latency: 1us}", 1, "cluster.topology.link_bandwidth", "required for topology kind 'switch'$"),
-    ("{kind: mesh, axes: [4], wrap: true, link_bandwidth: 1GB/s, link_latency: 1us}", 1, "cluster.topology.wrap",
-     "not used by topology kind 'mesh'"),
-    ("{kind: fattree, tiers: 4, link_latency: 1us}", 1, "cluster.topology.tiers", "must be <= 3, got 4$"),
-    ("{kind: fattree, oversubscription: 0, link_latency: 1us}", 1, "cluster.topology.oversubscription", "must be > 0"),
-    ("{kind: dgx, link_latency: 1us}", 2, "cluster.nodes", "2: topology kind 'dgx' is one node"),
-])
+@pytest.mark.parametrize(
+    "topology,nodes,path,reason",
+    [
+        (
+            "{kind: torus, axes: [4, 4], link_bandwidth: 1GB/s, link_latency: 1us}",
+            1,
+            "cluster.topology.axes",
+            r"4 x 4 = 16 GPUs != 4 \(cluster.nodes 1 x cluster.gpus_per_node 4\)$",
+        ),
+        (
+            "{kind: torus, link_bandwidth: 1GB/s, link_latency: 1us}",
+            1,
+            "cluster.topology.axes",
+            "required for topology kind 'torus'$",
+        ),
+        (
+            "{kind: torus, axes: [1, 1, 2, 2], link_bandwidth: 1GB/s, link_latency: 1us}",
+            1,
+            "cluster.topology.axes",
+            r"expected a list of 1 to 3 axis sizes, e.g. \[4, 4, 4\], got 4 axes$",
+        ),
+        (
+            "{kind: switch, axes: [4], link_bandwidth: 1GB/s, link_latency: 1us}",
+            1,
+            "cluster.topology.axes",
+            r"not used by topology kind 'switch' \(it takes: link_bandwidth, link_latency\)$",
+        ),
+        (
+            "{kind: fattree, link_bandwidth: 1GB/s, link_latency: 1us}",
+            1,
+            "cluster.topology.link_bandwidth",
+            "not used by topology kind 'fattree'",
+        ),
+        (
+            "{kind: switch, link_latency: 1us}",
+            1,
+            "cluster.topology.link_bandwidth",
+            "required for topology kind 'switch'$",
+        ),
+        (
+            "{kind: mesh, axes: [4], wrap: true, link_bandwidth: 1GB/s, link_latency: 1us}",
+            1,
+            "cluster.topology.wrap",
+            "not used by topology kind 'mesh'",
+        ),
+        ("{kind: fattree, tiers: 4, link_latency: 1us}", 1, "cluster.topology.tiers", "must be <= 3, got 4$"),
+        (
+            "{kind: fattree, oversubscription: 0, link_latency: 1us}",
+            1,
+            "cluster.topology.oversubscription",
+            "must be > 0",
+        ),
+        ("{kind: dgx, link_latency: 1us}", 2, "cluster.nodes", "2: topology kind 'dgx' is one node"),
+    ],
+)
 def test_scenario_rejects_a_topology_that_does_not_fit(topology, nodes, path, reason):
     text = scenario_text(topology, nodes=nodes, gpus_per_node=4 // nodes)
     with pytest.raises(ScenarioError, match=f"^s.yaml: {path}: {reason}"):

@@ -9,10 +9,10 @@ import pytest
 
 from clustersim.sim.cli import main
 from clustersim.sim.compare import step_breakdown
-from clustersim.sim.results.metrics import alltoall_time_share, traffic_matrix_bytes
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.network.records import FlowSpan
 from clustersim.sim.report import OUTPUT_FILES, terminal_summary
+from clustersim.sim.results.metrics import alltoall_time_share, traffic_matrix_bytes
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
 from clustersim.sim.views.traffic import traffic_panels
@@ -94,19 +94,25 @@ def hand_log(spans, num_ranks):
 def test_alltoall_share_of_a_hand_made_log():
     """Step 0..10 s on 2 ranks. Rank 0: all-to-alls [1, 3] and [2, 4] (overlapping: 3 s inside);
     rank 1: [5, 6] (1 s). Share = (3 + 1) / (10 x 2) = 0.2."""
-    spans = [Span(0, "ep", "a", "ALL_TO_ALL", None, None, 1.0, 3.0),
-             Span(0, "ep2", "b", "ALL_TO_ALL", None, None, 2.0, 4.0),
-             Span(1, "ep", "c", "ALL_TO_ALL", None, None, 5.0, 6.0),
-             Span(1, "dp", "d", "ALL_REDUCE", None, None, 0.0, 9.0),
-             Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 10.0)]
+    spans = [
+        Span(0, "ep", "a", "ALL_TO_ALL", None, None, 1.0, 3.0),
+        Span(0, "ep2", "b", "ALL_TO_ALL", None, None, 2.0, 4.0),
+        Span(1, "ep", "c", "ALL_TO_ALL", None, None, 5.0, 6.0),
+        Span(1, "dp", "d", "ALL_REDUCE", None, None, 0.0, 9.0),
+        Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 10.0),
+    ]
     assert alltoall_time_share(hand_log(spans, 2)) == pytest.approx(0.2, rel=1e-12)
     assert alltoall_time_share(hand_log(spans[3:], 2)) == 0.0
     assert alltoall_time_share(hand_log((), 2)) == 0.0
 
 
 def test_traffic_matrix_of_a_hand_made_log_by_stream():
-    flows = [FlowSpan(0, 1, (0,), 0.0, 1.0, 100.0, "ep:x"), FlowSpan(0, 1, (0,), 0.0, 1.0, 20.0, "ep:y"),
-             FlowSpan(2, 0, (1,), 0.0, 1.0, 5.0, "send:z"), FlowSpan(1, 2, (2,), 0.0, 1.0, 7.0, "dp:w")]
+    flows = [
+        FlowSpan(0, 1, (0,), 0.0, 1.0, 100.0, "ep:x"),
+        FlowSpan(0, 1, (0,), 0.0, 1.0, 20.0, "ep:y"),
+        FlowSpan(2, 0, (1,), 0.0, 1.0, 5.0, "send:z"),
+        FlowSpan(1, 2, (2,), 0.0, 1.0, 7.0, "dp:w"),
+    ]
     log = EventLog((), tuple(flows), 3, ())
     assert traffic_matrix_bytes(log, 3, ["ep"]).tolist() == [[0, 120, 0], [0, 0, 0], [0, 0, 0]]
     assert traffic_matrix_bytes(log, 3).tolist() == [[0, 120, 0], [0, 0, 7], [5, 0, 0]]
@@ -153,6 +159,7 @@ def test_dense_run_has_no_alltoall_share_and_still_writes_traffic_png(tmp_path, 
 
 def test_traffic_matrix_is_left_out_of_the_summary_above_64_gpus(monkeypatch):
     import clustersim.sim.run as run_module
+
     monkeypatch.setattr(run_module, "TRAFFIC_MATRIX_MAX_GPUS", 4)
     summary = moe_run(ep=2).summary
     assert summary["alltoall_traffic_matrix_bytes"] is None and summary["alltoall_bytes_total"] > 0

@@ -6,13 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clustersim.sim.scenario.units import (
-    format_bytes,
-    parse_bandwidth,
-    parse_bytes,
-    parse_flops,
-    parse_seconds,
-)
+from clustersim.sim.scenario.units import format_bytes, parse_bandwidth, parse_bytes, parse_flops, parse_seconds
 
 
 @pytest.mark.parametrize(
@@ -75,8 +69,7 @@ def test_parse_seconds(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text, expected",
-    [("312TFLOPS", 312e12), ("989.5TFLOP/s", 989.5e12), ("1PFLOPS", 1e15), ("2.5e14", 2.5e14)],
+    "text, expected", [("312TFLOPS", 312e12), ("989.5TFLOP/s", 989.5e12), ("1PFLOPS", 1e15), ("2.5e14", 2.5e14)]
 )
 def test_parse_flops(text, expected):
     assert parse_flops(text) == pytest.approx(expected, rel=1e-15)
@@ -116,11 +109,7 @@ def test_units_scale_consistently(x):
 
 @pytest.mark.parametrize(
     "fmt, value, expected",
-    [
-        (format_bytes, 80 * 2**30, "80 GiB"),
-        (format_bytes, 1536, "1.5 KiB"),
-        (format_bytes, 3, "3 B"),
-    ],
+    [(format_bytes, 80 * 2**30, "80 GiB"), (format_bytes, 1536, "1.5 KiB"), (format_bytes, 3, "3 B")],
 )
 def test_formatters_are_human_readable(fmt, value, expected):
     assert fmt(value) == expected

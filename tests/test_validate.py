@@ -11,8 +11,9 @@ from clustersim.schedules.validate import ProgramError, validate
 
 
 def program(kind="1f1b", p=4, m=4, v=1):
-    return build_program(rank_order(kind, p, m, v), m, stage_ranks(p, v), 64.0,
-                         forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0)
+    return build_program(
+        rank_order(kind, p, m, v), m, stage_ranks(p, v), 64.0, forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0
+    )
 
 
 def index_of(prog, rank, label):
@@ -71,8 +72,11 @@ def test_rejects_send_to_the_wrong_stage():
     prog = program()
     i = index_of(prog, 0, "SEND F1@0")
     prog.ops[0][i] = replace(prog.ops[0][i], peer=2)
-    with pytest.raises(ProgramError, match=rf"rank 0, op {i} \(SEND F1@0\): sends to rank 2, but stage 1 "
-                                           r"that consumes F1@0 is on rank 1"):
+    with pytest.raises(
+        ProgramError,
+        match=rf"rank 0, op {i} \(SEND F1@0\): sends to rank 2, but stage 1 "
+        r"that consumes F1@0 is on rank 1",
+    ):
         validate(prog)
 
 
@@ -97,7 +101,9 @@ def test_rejects_size_mismatch():
     prog = program()
     i = index_of(prog, 1, "RECV F0@0")
     prog.ops[1][i] = replace(prog.ops[1][i], nbytes=32.0)
-    with pytest.raises(ProgramError, match=r"rank 0, op \d+ \(SEND F0@0\): sends 64.0 B but rank 1 op \d+ receives 32.0 B"):
+    with pytest.raises(
+        ProgramError, match=r"rank 0, op \d+ \(SEND F0@0\): sends 64.0 B but rank 1 op \d+ receives 32.0 B"
+    ):
         validate(prog)
 
 
@@ -130,6 +136,9 @@ def test_detects_deadlock_and_names_the_waiters():
     prog.ops[0] = [replace(op, stream="p2p") if isinstance(op, (Send, Recv)) else op for op in prog.ops[0]]
     i, j = prog.ops[0].index(replace(send, stream="p2p")), prog.ops[0].index(replace(recv, stream="p2p"))
     prog.ops[0][i], prog.ops[0][j] = prog.ops[0][j], prog.ops[0][i]
-    with pytest.raises(ProgramError, match=r"^deadlock: .*rank 0, op \d+ \(RECV B0@1\) on stream p2p waits for "
-                                           r"SEND B0@1 on rank 1"):
+    with pytest.raises(
+        ProgramError,
+        match=r"^deadlock: .*rank 0, op \d+ \(RECV B0@1\) on stream p2p waits for "
+        r"SEND B0@1 on rank 1",
+    ):
         validate(prog)

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from clustersim.sim.views.gantt import lane_layout, plot_gantt, time_unit
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.network.records import FlowSpan
 from clustersim.sim.results.table import format_table
 from clustersim.sim.results.trace import chrome_trace, rank_pid, write_trace
+from clustersim.sim.views.gantt import lane_layout, plot_gantt, time_unit
 
 MS = 1e-3
 
@@ -42,8 +42,11 @@ def x_events(trace: dict) -> list[dict]:
 
 
 def meta(trace: dict, name: str) -> dict[tuple[int, int], object]:
-    return {(e["pid"], e["tid"]): next(iter(e["args"].values()))
-            for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == name}
+    return {
+        (e["pid"], e["tid"]): next(iter(e["args"].values()))
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == name
+    }
 
 
 def test_trace_has_one_event_per_span_and_per_flow_link():
@@ -157,8 +160,7 @@ def test_gantt_handles_an_empty_log_and_unknown_streams(tmp_path):
 
 
 def test_format_table_aligns_numbers_right_and_text_left():
-    rows = [{"name": "1f1b", "time_s": 1.5, "bubble": 0.25},
-            {"name": "interleaved", "time_s": 12.25, "bubble": None}]
+    rows = [{"name": "1f1b", "time_s": 1.5, "bubble": 0.25}, {"name": "interleaved", "time_s": 12.25, "bubble": None}]
     columns = [("name", "schedule", "s"), ("time_s", "time (s)", ".2f"), ("bubble", "bubble", ".1%")]
     assert format_table(rows, columns) == (
         "schedule     time (s)  bubble\n"
@@ -170,6 +172,7 @@ def test_format_table_aligns_numbers_right_and_text_left():
 
 def test_trace_leaves_out_the_network_when_it_would_swamp_the_trace(monkeypatch):
     import clustersim.sim.results.trace as trace
+
     log = small_log()
     monkeypatch.setattr(trace, "MAX_FLOW_EVENTS", 0)
     events = chrome_trace(log)["traceEvents"]

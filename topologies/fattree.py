@@ -84,8 +84,14 @@ def core_id(j: int, c: int) -> tuple:
     return ("core", j, c)
 
 
-def _add_dgx(graph: nx.DiGraph, node: int, gpus_per_node: int, nvlink_bandwidth_Bps: float,
-             nic_bandwidth_Bps: float, latency_s: float) -> None:
+def _add_dgx(
+    graph: nx.DiGraph,
+    node: int,
+    gpus_per_node: int,
+    nvlink_bandwidth_Bps: float,
+    nic_bandwidth_Bps: float,
+    latency_s: float,
+) -> None:
     """Node `node`'s GPUs, its NVSwitch and one NIC per GPU."""
     if not latency_s >= 0:
         raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
@@ -98,42 +104,69 @@ def _add_dgx(graph: nx.DiGraph, node: int, gpus_per_node: int, nvlink_bandwidth_
         add_duplex_link(graph, gpu_id(g), nic_id(g), nic_bandwidth_Bps, latency_s)
 
 
-def dgx_node(gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: float = NVLINK4_BANDWIDTH_Bps,
-             nic_bandwidth_Bps: float = CX7_BANDWIDTH_Bps, latency_s: float = HOP_LATENCY_s) -> nx.DiGraph:
+def dgx_node(
+    gpus_per_node: int = DGX_GPUS,
+    nvlink_bandwidth_Bps: float = NVLINK4_BANDWIDTH_Bps,
+    nic_bandwidth_Bps: float = CX7_BANDWIDTH_Bps,
+    latency_s: float = HOP_LATENCY_s,
+) -> nx.DiGraph:
     """One DGX-style node on its own: GPUs on an NVSwitch, NICs attached but leading nowhere.
     GPU-to-GPU paths are unique (GPU -> NVSwitch -> GPU), so it routes by shortest path."""
     _check_int(gpus_per_node=gpus_per_node)
-    _check_positive(gpus_per_node=gpus_per_node, nvlink_bandwidth_Bps=nvlink_bandwidth_Bps,
-                    nic_bandwidth_Bps=nic_bandwidth_Bps)
+    _check_positive(
+        gpus_per_node=gpus_per_node, nvlink_bandwidth_Bps=nvlink_bandwidth_Bps, nic_bandwidth_Bps=nic_bandwidth_Bps
+    )
     graph = nx.DiGraph(**{TOPOLOGY: "dgx", ROUTING: "shortest_path", NODES: 1, GPUS_PER_NODE: gpus_per_node})
     _add_dgx(graph, 0, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
     return graph
 
 
-def fat_tree(nodes: int, gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: float = NVLINK4_BANDWIDTH_Bps,
-             nic_bandwidth_Bps: float = CX7_BANDWIDTH_Bps, leaf_radix: int = LEAF_RADIX,
-             oversubscription: float = 1.0, tiers: int = 2, latency_s: float = HOP_LATENCY_s,
-             load_balance: str = "ecmp") -> nx.DiGraph:
+def fat_tree(
+    nodes: int,
+    gpus_per_node: int = DGX_GPUS,
+    nvlink_bandwidth_Bps: float = NVLINK4_BANDWIDTH_Bps,
+    nic_bandwidth_Bps: float = CX7_BANDWIDTH_Bps,
+    leaf_radix: int = LEAF_RADIX,
+    oversubscription: float = 1.0,
+    tiers: int = 2,
+    latency_s: float = HOP_LATENCY_s,
+    load_balance: str = "ecmp",
+) -> nx.DiGraph:
     """`nodes` DGX-style nodes on a rail-optimised fat tree (see the module docstring)."""
     _check_int(nodes=nodes, gpus_per_node=gpus_per_node, leaf_radix=leaf_radix)
-    _check_positive(nodes=nodes, gpus_per_node=gpus_per_node, leaf_radix=leaf_radix,
-                    oversubscription=oversubscription, nvlink_bandwidth_Bps=nvlink_bandwidth_Bps,
-                    nic_bandwidth_Bps=nic_bandwidth_Bps)
+    _check_positive(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        leaf_radix=leaf_radix,
+        oversubscription=oversubscription,
+        nvlink_bandwidth_Bps=nvlink_bandwidth_Bps,
+        nic_bandwidth_Bps=nic_bandwidth_Bps,
+    )
     if tiers not in (2, 3):
         raise ValueError(f"tiers must be 2 or 3, got {tiers}")
     if load_balance not in LOAD_BALANCE:
         raise ValueError(f"load_balance must be one of {', '.join(LOAD_BALANCE)}, got {load_balance!r}")
     rails = gpus_per_node
-    downlinks = min(leaf_radix, nodes)                   # D
-    leaves_per_rail = math.ceil(nodes / leaf_radix)      # L (= pods when tiers = 3)
-    spines = math.ceil(downlinks / oversubscription)     # S
+    downlinks = min(leaf_radix, nodes)  # D
+    leaves_per_rail = math.ceil(nodes / leaf_radix)  # L (= pods when tiers = 3)
+    spines = math.ceil(downlinks / oversubscription)  # S
     uplink_Bps = downlinks * nic_bandwidth_Bps / (oversubscription * spines)
     if load_balance == "adaptive":  # the S spines as one, its links carrying the S uplinks' capacity
         uplink_Bps, spines = uplink_Bps * spines, 1
-    graph = nx.DiGraph(**{TOPOLOGY: "fattree", ROUTING: "ecmp", NODES: nodes, GPUS_PER_NODE: gpus_per_node,
-                          TIERS: tiers, LEAVES_PER_RAIL: leaves_per_rail, SPINES: spines,
-                          "leaf_radix": leaf_radix, "oversubscription": oversubscription,
-                          "load_balance": load_balance})
+    graph = nx.DiGraph(
+        **{
+            TOPOLOGY: "fattree",
+            ROUTING: "ecmp",
+            NODES: nodes,
+            GPUS_PER_NODE: gpus_per_node,
+            TIERS: tiers,
+            LEAVES_PER_RAIL: leaves_per_rail,
+            SPINES: spines,
+            "leaf_radix": leaf_radix,
+            "oversubscription": oversubscription,
+            "load_balance": load_balance,
+        }
+    )
     for n in range(nodes):
         _add_dgx(graph, n, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
     for group in range(leaves_per_rail):
@@ -149,8 +182,9 @@ def fat_tree(nodes: int, gpus_per_node: int = DGX_GPUS, nvlink_bandwidth_Bps: fl
     for group in range(leaves_per_rail):
         for r in range(rails):
             for j in range(spines):
-                add_duplex_link(graph, leaf_id(r, group), spine_id(group if tiers == 3 else 0, j),
-                                uplink_Bps, latency_s)
+                add_duplex_link(
+                    graph, leaf_id(r, group), spine_id(group if tiers == 3 else 0, j), uplink_Bps, latency_s
+                )
     if tiers == 3:
         for j in range(spines):
             for c in range(rails):

@@ -15,11 +15,4 @@ from clustersim.topologies.ring import ring
 from clustersim.topologies.switch import switch
 from clustersim.topologies.torus import mesh, torus
 
-TOPOLOGIES = {
-    "switch": switch,
-    "ring": ring,
-    "torus": torus,
-    "mesh": mesh,
-    "dgx": dgx_node,
-    "fattree": fat_tree,
-}
+TOPOLOGIES = {"switch": switch, "ring": ring, "torus": torus, "mesh": mesh, "dgx": dgx_node, "fattree": fat_tree}

@@ -66,8 +66,7 @@ class ShortestPathRouter:
     def _paths_from(self, s: int) -> tuple[np.ndarray, np.ndarray]:
         if s not in self._from:
             paths = nx.single_source_shortest_path(self.graph, self._gpus[s])
-            per_dst = [[self._links[e] for e in zip(p[:-1], p[1:])]
-                       for p in (paths[node] for node in self._gpus)]
+            per_dst = [[self._links[e] for e in zip(p[:-1], p[1:])] for p in (paths[node] for node in self._gpus)]
             ptr = np.zeros(len(per_dst) + 1, dtype=np.int64)
             np.cumsum([len(p) for p in per_dst], out=ptr[1:])
             self._from[s] = (ptr, np.fromiter((l for p in per_dst for l in p), np.int64, int(ptr[-1])))
@@ -81,7 +80,7 @@ class ShortestPathRouter:
         tables = [self._paths_from(int(s)) for s in sources]
         offsets = np.cumsum([0] + [len(flat) for _, flat in tables])
         starts = np.stack([ptr[:-1] + off for (ptr, _), off in zip(tables, offsets)])  # (U, N)
-        lens = np.stack([np.diff(ptr) for ptr, _ in tables])                           # (U, N)
+        lens = np.stack([np.diff(ptr) for ptr, _ in tables])  # (U, N)
         flat = np.concatenate([flat for _, flat in tables] + [np.empty(0, np.int64)])
         start, length = starts[which, dst], lens[which, dst]
         indptr, links = _csr(length)
@@ -201,10 +200,18 @@ class EcmpRouter:
         self.leaf_up = np.array([table((ft.leaf_id(r, q), s) for s in row) for (r, q), row in zip(leaves, top)])
         self.leaf_down = np.array([table((s, ft.leaf_id(r, q)) for s in row) for (r, q), row in zip(leaves, top)])
         if self.tiers == 3:  # (pod, j, c)
-            self.spine_up = np.array([[table((ft.spine_id(q, j), ft.core_id(j, c)) for c in range(per))
-                                       for j in range(self.spines)] for q in range(groups)])
-            self.spine_down = np.array([[table((ft.core_id(j, c), ft.spine_id(q, j)) for c in range(per))
-                                         for j in range(self.spines)] for q in range(groups)])
+            self.spine_up = np.array(
+                [
+                    [table((ft.spine_id(q, j), ft.core_id(j, c)) for c in range(per)) for j in range(self.spines)]
+                    for q in range(groups)
+                ]
+            )
+            self.spine_down = np.array(
+                [
+                    [table((ft.core_id(j, c), ft.spine_id(q, j)) for c in range(per)) for j in range(self.spines)]
+                    for q in range(groups)
+                ]
+            )
 
     def route_many(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
         src, dst = _pairs(src, dst, self.num_gpus)
@@ -231,8 +238,12 @@ class EcmpRouter:
                 elif kind_len == 6:
                     middle = [self.leaf_up[ls, j], self.leaf_down[ld, j]]
                 else:
-                    middle = [self.leaf_up[ls, j], self.spine_up[self.group[s], j, c],
-                              self.spine_down[self.group[d], j, c], self.leaf_down[ld, j]]
+                    middle = [
+                        self.leaf_up[ls, j],
+                        self.spine_up[self.group[s], j, c],
+                        self.spine_down[self.group[d], j, c],
+                        self.leaf_down[ld, j],
+                    ]
                 columns = up + middle + down
             start = indptr[idx]
             for k, column in enumerate(columns):

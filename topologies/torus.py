@@ -43,8 +43,9 @@ def torus(axes, bandwidth_Bps: float, latency_s: float, wrap: bool = True) -> nx
     axes = check_axes(axes)
     if not bandwidth_Bps > 0 or not latency_s >= 0:
         raise ValueError(f"links need bandwidth_Bps > 0 and latency_s >= 0, got {bandwidth_Bps!r}, {latency_s!r}")
-    graph = nx.DiGraph(**{TOPOLOGY: "torus" if wrap else "mesh", ROUTING: "dimension_order",
-                          AXES: axes, WRAP: bool(wrap)})
+    graph = nx.DiGraph(
+        **{TOPOLOGY: "torus" if wrap else "mesh", ROUTING: "dimension_order", AXES: axes, WRAP: bool(wrap)}
+    )
     num_gpus = math.prod(axes)
     for i in range(num_gpus):
         graph.add_node(("gpu", i), **{KIND: "gpu", GPU_INDEX: i})
@@ -55,13 +56,15 @@ def torus(axes, bandwidth_Bps: float, latency_s: float, wrap: bool = True) -> nx
             if c + 1 < k:  # the + neighbour inside the grid
                 up = list(coords)
                 up[axis] = c + 1
-                add_duplex_link(graph, ("gpu", i), ("gpu", int(np.ravel_multi_index(up, axes))),
-                                bandwidth_Bps, latency_s)
+                add_duplex_link(
+                    graph, ("gpu", i), ("gpu", int(np.ravel_multi_index(up, axes))), bandwidth_Bps, latency_s
+                )
             elif wrap and k > 2:  # c == k - 1: the wraparound link to 0 (k = 2: it already exists)
                 zero = list(coords)
                 zero[axis] = 0
-                add_duplex_link(graph, ("gpu", i), ("gpu", int(np.ravel_multi_index(zero, axes))),
-                                bandwidth_Bps, latency_s)
+                add_duplex_link(
+                    graph, ("gpu", i), ("gpu", int(np.ravel_multi_index(zero, axes))), bandwidth_Bps, latency_s
+                )
     return graph
 
 

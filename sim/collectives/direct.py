@@ -22,7 +22,7 @@ evenly between the messages leaving it:
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from clustersim.sim.collectives.steps import Plan, Step, StepBuilder
 

@@ -21,9 +21,9 @@ from clustersim.topologies.schema import AXES, TOPOLOGY, WRAP, gpu_nodes
 
 @dataclass(frozen=True)
 class Fabric:
-    kind: str | None                     # graph.graph[TOPOLOGY], None for a plain switch
-    num_gpus: int | None                 # None: unknown (no graph given), groups not range-checked
-    dims: tuple[int, ...] | None         # torus axes (wrapping ones only; a mesh's lines do not close)
+    kind: str | None  # graph.graph[TOPOLOGY], None for a plain switch
+    num_gpus: int | None  # None: unknown (no graph given), groups not range-checked
+    dims: tuple[int, ...] | None  # torus axes (wrapping ones only; a mesh's lines do not close)
     node_of_gpu: tuple[int, ...] | None  # node number of each GPU, None when flat
 
 
@@ -74,5 +74,4 @@ def torus_dims(fabric: Fabric, group: list[int]) -> tuple[int, ...] | None:
 
 def spans_nodes(nodes: tuple[tuple[int, ...], ...] | None) -> bool:
     """Several nodes, several GPUs on each, the same count on each: where hierarchical applies."""
-    return (nodes is not None and len(nodes) > 1 and len({len(n) for n in nodes}) == 1
-            and len(nodes[0]) > 1)
+    return nodes is not None and len(nodes) > 1 and len({len(n) for n in nodes}) == 1 and len(nodes[0]) > 1

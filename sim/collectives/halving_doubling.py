@@ -22,14 +22,15 @@ A group that is not a power of two is refused (use `tree` or `ring`).
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from clustersim.sim.collectives.steps import Plan, Step, StepBuilder, is_power_of_two, require
 
 
 def _check(plan: Plan) -> None:
-    require(is_power_of_two(plan.n),
-            f"halving_doubling needs a power-of-two group, got {plan.n} ranks (use tree or ring)")
+    require(
+        is_power_of_two(plan.n), f"halving_doubling needs a power-of-two group, got {plan.n} ranks (use tree or ring)"
+    )
 
 
 def _block(plan: Plan, lo: int, hi: int) -> tuple[slice, float]:

@@ -19,7 +19,7 @@ rail order); the runner reads it from the topology graph.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from clustersim.sim.collectives.ring import ring_all_gather, ring_reduce_scatter
 from clustersim.sim.collectives.steps import Plan, Step, require
@@ -32,13 +32,15 @@ def all_reduce(plan: Plan) -> Iterator[Step]:
     require(len(sizes) == 1, f"hierarchical needs the same number of GPUs on every node, got {sorted(sizes)}")
     num_nodes, per_node = len(nodes), sizes.pop()
     pieces = plan.pieces(plan.n)  # piece l*P + p: rail l's share p
-    node_chunk = [(slice(pieces[l * num_nodes][0].start, pieces[(l + 1) * num_nodes - 1][0].stop),
-                   plan.nbytes / per_node) for l in range(per_node)]
+    node_chunk = [
+        (slice(pieces[l * num_nodes][0].start, pieces[(l + 1) * num_nodes - 1][0].stop), plan.nbytes / per_node)
+        for l in range(per_node)
+    ]
 
     intra = [list(node) for node in nodes]
     intra_pieces = [node_chunk] * num_nodes
     rails = [[node[l] for node in nodes] for l in range(per_node)]
-    rail_pieces = [pieces[l * num_nodes:(l + 1) * num_nodes] for l in range(per_node)]
+    rail_pieces = [pieces[l * num_nodes : (l + 1) * num_nodes] for l in range(per_node)]
 
     yield from ring_reduce_scatter(intra, intra_pieces)
     yield from ring_reduce_scatter(rails, rail_pieces)

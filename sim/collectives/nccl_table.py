@@ -39,13 +39,31 @@ BUSBW_FACTOR = {
     "reduce": lambda n: 1.0,
     "p2p": lambda n: 1.0,
 }
-TYPE_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
-              "half": 2, "bfloat16": 2, "float": 4, "double": 8}  # nccl-tests' type names
+TYPE_BYTES = {
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "half": 2,
+    "bfloat16": 2,
+    "float": 4,
+    "double": 8,
+}  # nccl-tests' type names
 
-COLUMNS = [("size_bytes", "size (B)", "d"), ("count", "count", "d"), ("type", "type", "s"),
-           ("redop", "redop", "s"), ("root", "root", "d"), ("algo", "algo", "s"),
-           ("time_us", "time (us)", ".2f"), ("algbw_GBps", "algbw (GB/s)", ".2f"),
-           ("busbw_GBps", "busbw (GB/s)", ".2f"), ("wrong", "#wrong", "d")]
+COLUMNS = [
+    ("size_bytes", "size (B)", "d"),
+    ("count", "count", "d"),
+    ("type", "type", "s"),
+    ("redop", "redop", "s"),
+    ("root", "root", "d"),
+    ("algo", "algo", "s"),
+    ("time_us", "time (us)", ".2f"),
+    ("algbw_GBps", "algbw (GB/s)", ".2f"),
+    ("busbw_GBps", "busbw (GB/s)", ".2f"),
+    ("wrong", "#wrong", "d"),
+]
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -102,8 +120,9 @@ def _wrong(outputs: list, expected: list) -> int:
     return count
 
 
-def sweep(graph: nx.DiGraph, op: str, algo: str, sizes: list[int], dtype: str = "float",
-          redop: str = "sum", root: int = 0) -> list[dict]:
+def sweep(
+    graph: nx.DiGraph, op: str, algo: str, sizes: list[int], dtype: str = "float", redop: str = "sum", root: int = 0
+) -> list[dict]:
     """One row per size: the collective over every GPU of `graph`, timed at that size."""
     n = len(gpu_nodes(graph))
     rows = []
@@ -112,13 +131,22 @@ def sweep(graph: nx.DiGraph, op: str, algo: str, sizes: list[int], dtype: str = 
         reduce_op = redop if op in REDUCING else "sum"
         seconds, outputs = time_collective(graph, op, algo, None, float(size), buffers, reduce_op, root=root)
         algbw = size / seconds / 1e9 if seconds > 0 else math.inf
-        rows.append({
-            "op": op, "algo": resolve(graph, op, algo, range(n), float(size)), "ranks": n,
-            "size_bytes": size, "count": size // TYPE_BYTES[dtype], "type": dtype,
-            "redop": redop if op in REDUCING else "none", "root": root if op in ROOTED else -1,
-            "time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * BUSBW_FACTOR[op](n),
-            "wrong": _wrong(outputs, reference(op, buffers, reduce_op, root)),
-        })
+        rows.append(
+            {
+                "op": op,
+                "algo": resolve(graph, op, algo, range(n), float(size)),
+                "ranks": n,
+                "size_bytes": size,
+                "count": size // TYPE_BYTES[dtype],
+                "type": dtype,
+                "redop": redop if op in REDUCING else "none",
+                "root": root if op in ROOTED else -1,
+                "time_us": seconds * 1e6,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * BUSBW_FACTOR[op](n),
+                "wrong": _wrong(outputs, reference(op, buffers, reduce_op, root)),
+            }
+        )
     return rows
 
 

@@ -25,11 +25,12 @@ area then its receive area), so every algorithm moves element ranges of one arra
 
 from __future__ import annotations
 
-import numpy as np
-
 from typing import NamedTuple
 
+import numpy as np
+
 from clustersim.sim.collectives.steps import CollectiveError, Plan, split_bounds
+
 
 class Pieces(NamedTuple):
     """One rank's all_to_all input cut unevenly, as its owner knows it: counts[j] elements of
@@ -52,8 +53,7 @@ def unpack_pieces(buffers: list, nbytes: float) -> tuple[list, np.ndarray | None
     return [b.flat for b in buffers], counts, nbytes
 
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter",
-       "all_to_all", "p2p")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all", "p2p")
 REDUCE_OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
@@ -72,8 +72,9 @@ def _check_buffers(op: str, buffers: list, n: int, root: int) -> list[np.ndarray
     return arrays
 
 
-def prepare(op: str, n: int, nbytes, buffers: list | None, root: int = 0, counts=None,
-            nodes=None, dims=None) -> tuple[Plan, list[np.ndarray] | None]:
+def prepare(
+    op: str, n: int, nbytes, buffers: list | None, root: int = 0, counts=None, nodes=None, dims=None
+) -> tuple[Plan, list[np.ndarray] | None]:
     """The plan every algorithm reads, and the ranks' work buffers (None when only timing)."""
     if op not in OPS:
         raise CollectiveError(f"unknown collective {op!r} (valid: {', '.join(OPS)})")
@@ -92,7 +93,7 @@ def prepare(op: str, n: int, nbytes, buffers: list | None, root: int = 0, counts
         bounds = np.concatenate([[0], np.cumsum([len(a) for a in flat])])
         work = [np.zeros(bounds[-1], dtype=flat[0].dtype) for _ in range(n)]
         for r in range(n):
-            work[r][bounds[r]:bounds[r + 1]] = flat[r]
+            work[r][bounds[r] : bounds[r + 1]] = flat[r]
     elif op in ("broadcast", "scatter"):
         bounds = split_bounds(len(flat[root]), n)
         work = [flat[root].copy() if r == root else np.zeros_like(flat[root]) for r in range(n)]
@@ -116,13 +117,21 @@ def _prepare_all_to_all(n: int, nbytes, buffers, counts, common) -> tuple[Plan, 
     if counts.shape != (n, n) or (counts < 0).any():
         raise CollectiveError(f"all_to_all: counts must be an ({n}, {n}) matrix of element counts >= 0")
     if x is not None and any(a.size != c for a, c in zip(x, counts.sum(axis=1))):
-        raise CollectiveError(f"all_to_all: buffer sizes {[a.size for a in x]} != counts row sums "
-                              f"{counts.sum(axis=1).tolist()}")
+        raise CollectiveError(
+            f"all_to_all: buffer sizes {[a.size for a in x]} != counts row sums {counts.sum(axis=1).tolist()}"
+        )
     sent = counts.sum(axis=1)  # (n,) elements each rank sends = the start of its receive area
     send_off = np.cumsum(counts, axis=1) - counts
     recv_off = sent[None, :] + np.cumsum(counts, axis=0) - counts  # [i, j]: where i's piece lands in j
-    plan = Plan(nbytes=float(pair_bytes.sum() / n), bounds=split_bounds(0, n), counts=counts,
-                send_off=send_off, recv_off=recv_off, pair_bytes=pair_bytes, **common)
+    plan = Plan(
+        nbytes=float(pair_bytes.sum() / n),
+        bounds=split_bounds(0, n),
+        counts=counts,
+        send_off=send_off,
+        recv_off=recv_off,
+        pair_bytes=pair_bytes,
+        **common,
+    )
     if x is None:
         return plan, None
     work = [np.concatenate([a.reshape(-1), np.zeros(counts[:, r].sum(), dtype=a.dtype)]) for r, a in enumerate(x)]
@@ -144,7 +153,7 @@ def results(op: str, plan: Plan, work: list[np.ndarray], buffers: list) -> list[
         return [work[r][plan.chunk(r)].copy() for r in range(n)]
     if op == "all_to_all":
         sent = plan.counts.sum(axis=1)
-        return [work[r][sent[r]:] for r in range(n)]
+        return [work[r][sent[r] :] for r in range(n)]
     return work  # all_gather
 
 

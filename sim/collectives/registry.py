@@ -17,7 +17,7 @@ on a ring or torus fabric `ring_bidir` uses both link directions and doubles tha
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from clustersim.sim.collectives import direct, halving_doubling, hierarchical, ring, torus, tree
 from clustersim.sim.collectives.fabric import Fabric, node_groups, spans_nodes, torus_dims

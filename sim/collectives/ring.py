@@ -27,15 +27,15 @@ S grows. S = clip(M / SLICE_BYTES, 1, MAX_SLICES).
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 from clustersim.sim.collectives.steps import Plan, Selection, Step, StepBuilder
 
 Piece = tuple[Selection, float]  # (elements in the small buffer, real bytes)
 
 SLICE_BYTES = 512 << 10  # pipelined chains cut the buffer into slices of 512 KiB (NCCL's default
-                         # 4 MiB buffer in 8 steps) ...
-MAX_SLICES = 256         # ... but no more than this many (each slice is one more step)
+# 4 MiB buffer in 8 steps) ...
+MAX_SLICES = 256  # ... but no more than this many (each slice is one more step)
 
 
 def ring_reduce_scatter(rings: list[list[int]], pieces: list[list[Piece]]) -> Iterator[Step]:

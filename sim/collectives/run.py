@@ -14,7 +14,7 @@ small size; None to only time it). See steps.py for how the two scales map.
 from __future__ import annotations
 
 import itertools
-from typing import Generator, Iterable
+from collections.abc import Generator, Iterable
 
 import networkx as nx
 import numpy as np
@@ -51,9 +51,20 @@ def _size(nbytes, n: int) -> float:
     return float(np.sum(nbytes) / n) if np.ndim(nbytes) else float(nbytes)
 
 
-def run_collective(network: Network, op: str, algo: str, group: Iterable[int], buffers: list | None,
-                   nbytes, reduce_op: str = "sum", *, root: int = 0, counts=None,
-                   label: str | None = None, graph: nx.DiGraph | None = None) -> Generator:
+def run_collective(
+    network: Network,
+    op: str,
+    algo: str,
+    group: Iterable[int],
+    buffers: list | None,
+    nbytes,
+    reduce_op: str = "sum",
+    *,
+    root: int = 0,
+    counts=None,
+    label: str | None = None,
+    graph: nx.DiGraph | None = None,
+) -> Generator:
     """A SimPy process body running `op` with `algo` over the GPUs `group` (rank r = group[r]).
 
     `nbytes`: the real size (nccl-tests' meaning; for all_to_all also an (n, n) bytes matrix).
@@ -63,14 +74,34 @@ def run_collective(network: Network, op: str, algo: str, group: Iterable[int], b
     before anything is scheduled. `graph` (default: network.graph, if the network keeps one) is
     the topology that `auto`, hierarchical and torus read; without one the fabric counts as flat.
     """
-    group, name, plan, work, steps = _start(graph if graph is not None else getattr(network, "graph", None), op,
-                                            algo, group, buffers, nbytes, reduce_op, root, counts)
-    return _drive(network, np.array(group), steps, work, REDUCE_OPS[reduce_op], label or f"{op}:{name}", op, plan,
-                  buffers)
+    group, name, plan, work, steps = _start(
+        graph if graph is not None else getattr(network, "graph", None),
+        op,
+        algo,
+        group,
+        buffers,
+        nbytes,
+        reduce_op,
+        root,
+        counts,
+    )
+    return _drive(
+        network, np.array(group), steps, work, REDUCE_OPS[reduce_op], label or f"{op}:{name}", op, plan, buffers
+    )
 
 
-def apply_collective(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], buffers: list, nbytes,
-                     reduce_op: str = "sum", *, root: int = 0, counts=None) -> list:
+def apply_collective(
+    graph: nx.DiGraph | None,
+    op: str,
+    algo: str,
+    group: Iterable[int],
+    buffers: list,
+    nbytes,
+    reduce_op: str = "sum",
+    *,
+    root: int = 0,
+    counts=None,
+) -> list:
     """The outputs `run_collective` would give, without a network: the same algorithm's steps
     applied to the buffers in the same order (so the same bits), for a collective timed elsewhere."""
     _, _, plan, work, steps = _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts)
@@ -87,8 +118,16 @@ def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
         raise CollectiveError(f"unknown reduction {reduce_op!r} (valid: {', '.join(REDUCE_OPS)})")
     n = len(group)
     name, steps_of = algorithm(op, algo, fabric, group, _size(nbytes, n))
-    plan, work = prepare(op, n, nbytes, buffers, root if op in ROOTED else 0, counts,
-                         nodes=node_groups(fabric, group), dims=torus_dims(fabric, group))
+    plan, work = prepare(
+        op,
+        n,
+        nbytes,
+        buffers,
+        root if op in ROOTED else 0,
+        counts,
+        nodes=node_groups(fabric, group),
+        dims=torus_dims(fabric, group),
+    )
     steps = steps_of(plan)
     first = next(steps, None)  # runs the algorithm's own checks now, outside the event loop
     return group, name, plan, work, itertools.chain([first] if first is not None else [], steps)
@@ -103,7 +142,9 @@ def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Genera
     return None if work is None else results(op, plan, work, buffers)
 
 
-def step_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes) -> list[tuple[np.ndarray, np.ndarray]]:
+def step_pairs(
+    graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(sources, destinations) of each step's messages, as GPU indices: which routes the
     collective will use, step by step, known without running it."""
     group, _, _, _, steps = _start(graph, op, algo, group, None, nbytes, "sum", 0, None)
@@ -111,37 +152,54 @@ def step_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int
     return [(gpu[step.src], gpu[step.dst]) for step in steps]
 
 
-def message_pairs(graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes) -> tuple[np.ndarray, np.ndarray]:
+def message_pairs(
+    graph: nx.DiGraph | None, op: str, algo: str, group: Iterable[int], nbytes
+) -> tuple[np.ndarray, np.ndarray]:
     """(sources, destinations) of every message the collective sends, over all its steps."""
     pairs = step_pairs(graph, op, algo, group, nbytes)
-    return (np.concatenate([src for src, _ in pairs]) if pairs else np.zeros(0, np.int64),
-            np.concatenate([dst for _, dst in pairs]) if pairs else np.zeros(0, np.int64))
+    return (
+        np.concatenate([src for src, _ in pairs]) if pairs else np.zeros(0, np.int64),
+        np.concatenate([dst for _, dst in pairs]) if pairs else np.zeros(0, np.int64),
+    )
 
 
-def run_images(network: Network, op: str, algo: str, groups: list[tuple[int, ...]], nbytes,
-               label: str | None = None) -> Generator:
+def run_images(
+    network: Network, op: str, algo: str, groups: list[tuple[int, ...]], nbytes, label: str | None = None
+) -> Generator:
     """A SimPy process body timing `op` on several disjoint groups that are images of one another
     (sim.symmetry: groups[k][i] is the image of groups[0][i]), step by step together: step i of
     every group goes out as one transfer. Each image takes the same time per step as the others,
     so this is running them apart at the cost of one re-share per step instead of one per group
     and step. The steps are planned once, on the first group, and moved onto the others."""
-    group, name, _, _, steps = _start(getattr(network, "graph", None), op, algo, groups[0], None, nbytes, "sum", 0,
-                                      None)
+    group, name, _, _, steps = _start(
+        getattr(network, "graph", None), op, algo, groups[0], None, nbytes, "sum", 0, None
+    )
     gpus = np.array(groups)  # (images, members)
     for step in steps:
         if len(step.src):
-            yield network.transfer_many(gpus[:, step.src].ravel(), gpus[:, step.dst].ravel(),
-                                        np.tile(step.nbytes, len(gpus)), label or f"{op}:{name}")
+            yield network.transfer_many(
+                gpus[:, step.src].ravel(),
+                gpus[:, step.dst].ravel(),
+                np.tile(step.nbytes, len(gpus)),
+                label or f"{op}:{name}",
+            )
 
 
-def time_collective(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int] | None, nbytes,
-                    buffers: list | None = None, reduce_op: str = "sum", **options) -> tuple[float, list | None]:
+def time_collective(
+    graph: nx.DiGraph,
+    op: str,
+    algo: str,
+    group: Iterable[int] | None,
+    nbytes,
+    buffers: list | None = None,
+    reduce_op: str = "sum",
+    **options,
+) -> tuple[float, list | None]:
     """(simulated seconds, outputs) of one collective alone on a fresh network over `graph`.
     `group` None means every GPU; `options` are run_collective's keywords (root, counts)."""
     env = simpy.Environment()
     network = Network(env, graph)
     group = range(describe(graph).num_gpus) if group is None else group
-    process = env.process(run_collective(network, op, algo, group, buffers, nbytes, reduce_op, graph=graph,
-                                         **options))
+    process = env.process(run_collective(network, op, algo, group, buffers, nbytes, reduce_op, graph=graph, **options))
     env.run(until=process)
     return env.now, process.value

@@ -18,8 +18,8 @@ Messages snapshot their payload before any write of the same step: they are conc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -50,8 +50,9 @@ class StepBuilder:
     nbytes: list[float] = field(default_factory=list)
     moves: list[tuple[int, Selection, int, Selection, bool]] = field(default_factory=list)
 
-    def send(self, src: int, dst: int, nbytes: float, sel: Selection, dst_sel: Selection | None = None,
-             reduce: bool = False) -> None:
+    def send(
+        self, src: int, dst: int, nbytes: float, sel: Selection, dst_sel: Selection | None = None, reduce: bool = False
+    ) -> None:
         """src's elements `sel` go to dst's elements `dst_sel` (default: the same positions),
         replacing them, or combined with them by the reduction when `reduce`. A message to
         oneself is a local copy: no network traffic."""
@@ -69,8 +70,12 @@ class StepBuilder:
             for (_, _, d, dsel, reduce), data in zip(moves, payloads):
                 work[d][dsel] = ufunc(work[d][dsel], data) if reduce else data
 
-        return Step(np.array(self.src, dtype=np.int64), np.array(self.dst, dtype=np.int64),
-                    np.array(self.nbytes, dtype=float), apply)
+        return Step(
+            np.array(self.src, dtype=np.int64),
+            np.array(self.dst, dtype=np.int64),
+            np.array(self.nbytes, dtype=float),
+            apply,
+        )
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -46,22 +46,27 @@ def _lines(dims: tuple[int, ...], axis: int) -> list[list[int]]:
 
 def all_reduce(plan: Plan) -> Iterator[Step]:
     dims = plan.dims
-    require(dims is not None and math.prod(dims) == plan.n,
-            f"torus needs a torus topology and the group to be all its GPUs in index order "
-            f"(got {plan.n} ranks, torus axes {dims})")
+    require(
+        dims is not None and math.prod(dims) == plan.n,
+        f"torus needs a torus topology and the group to be all its GPUs in index order "
+        f"(got {plan.n} ranks, torus axes {dims})",
+    )
     axes = [axis for axis, d in enumerate(dims) if d > 1]
     if not axes:
         return
     k, length = len(axes), plan.length
     bounds = split_bounds(length, k)
-    parts = [_part_steps(plan, dims, axes[j:] + axes[:j], int(bounds[j]), int(bounds[j + 1]), plan.nbytes / k)
-             for j in range(k)]
+    parts = [
+        _part_steps(plan, dims, axes[j:] + axes[:j], int(bounds[j]), int(bounds[j + 1]), plan.nbytes / k)
+        for j in range(k)
+    ]
     for steps in itertools.zip_longest(*parts):
         yield _together([step for step in steps if step is not None])
 
 
-def _part_steps(plan: Plan, dims: tuple[int, ...], order: list[int], start: int, stop: int,
-                nbytes: float) -> list[Step]:
+def _part_steps(
+    plan: Plan, dims: tuple[int, ...], order: list[int], start: int, stop: int, nbytes: float
+) -> list[Step]:
     """Reduce-scatter then all-gather of the buffer elements start..stop-1 (`nbytes` real bytes),
     one bidirectional ring phase per axis in `order`."""
     n = plan.n
@@ -94,9 +99,14 @@ def _part_steps(plan: Plan, dims: tuple[int, ...], order: list[int], start: int,
 
 def _together(steps: list[Step]) -> Step:
     """Steps of disjoint parts of the buffer as one step: all their messages at once."""
+
     def apply(work: list[np.ndarray], ufunc: np.ufunc) -> None:
         for step in steps:
             step.apply(work, ufunc)
 
-    return Step(np.concatenate([s.src for s in steps]), np.concatenate([s.dst for s in steps]),
-                np.concatenate([s.nbytes for s in steps]), apply)
+    return Step(
+        np.concatenate([s.src for s in steps]),
+        np.concatenate([s.dst for s in steps]),
+        np.concatenate([s.nbytes for s in steps]),
+        apply,
+    )

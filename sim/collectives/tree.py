@@ -23,7 +23,7 @@ v+2^k .. v+2^(k+1)-1 to v + 2^k. Same cost as gather.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -76,7 +76,7 @@ def gather(plan: Plan) -> Iterator[Step]:
     for k in range(_depth(n)):
         step = StepBuilder()
         for v in range(1 << k, n, 2 << k):
-            sel, nbytes = _chunks(plan, rank[v:min(v + (1 << k), n)])
+            sel, nbytes = _chunks(plan, rank[v : min(v + (1 << k), n)])
             step.send(rank[v], rank[v - (1 << k)], nbytes, sel)
         yield step.build()
 
@@ -86,6 +86,6 @@ def scatter(plan: Plan) -> Iterator[Step]:
     for k in reversed(range(_depth(n))):
         step = StepBuilder()
         for v in range(0, n - (1 << k), 2 << k):
-            sel, nbytes = _chunks(plan, rank[v + (1 << k):min(v + (2 << k), n)])
+            sel, nbytes = _chunks(plan, rank[v + (1 << k) : min(v + (2 << k), n)])
             step.send(rank[v], rank[v + (1 << k)], nbytes, sel)
         yield step.build()

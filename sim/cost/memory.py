@@ -68,8 +68,9 @@ def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int, k: int =
     }
 
 
-def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False,
-                               recompute: str = "none") -> float:
+def activation_bytes_per_layer(
+    s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none"
+) -> float:
     """Bytes one transformer layer keeps for its backward, per microbatch (module docstring).
 
     16-bit activations and 1-byte dropout masks, as in Korthikanti et al. (section 4.1). The
@@ -134,9 +135,12 @@ class MemoryTimeline:
     makespan_s: float
 
 
-def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
-                    activation_bytes: dict[int, dict[int, float]],
-                    gather_bytes: dict[int, float] | None = None) -> MemoryTimeline:
+def memory_timeline(
+    log: EventLog,
+    static_bytes: dict[int, dict[str, float]],
+    activation_bytes: dict[int, dict[int, float]],
+    gather_bytes: dict[int, float] | None = None,
+) -> MemoryTimeline:
     """Memory per rank over time, a pure function of the event log and the byte counts given.
 
     - static: `static_bytes[rank]` ({weights, gradients, optimizer, other}, e.g. from
@@ -159,8 +163,9 @@ def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
     """
     unknown = {key for per_rank in static_bytes.values() for key in per_rank} - set(STATIC_CATEGORIES)
     if unknown:
-        raise ValueError(f"static_bytes has unknown categories {sorted(unknown)} "
-                         f"(valid: {', '.join(STATIC_CATEGORIES)})")
+        raise ValueError(
+            f"static_bytes has unknown categories {sorted(unknown)} (valid: {', '.join(STATIC_CATEGORIES)})"
+        )
     makespan = log.makespan_s
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(log.num_ranks)]  # (t, column, delta)
     _activation_events(log, activation_bytes, events)
@@ -168,8 +173,10 @@ def memory_timeline(log: EventLog, static_bytes: dict[int, dict[str, float]],
         _gather_events(log, gather_bytes, events)
     ranks = []
     for rank in range(log.num_ranks):
-        static = np.array([static_bytes.get(rank, {}).get(name, 0.0) if name in STATIC_CATEGORIES else 0.0
-                           for name in CATEGORIES], dtype=float)
+        static = np.array(
+            [static_bytes.get(rank, {}).get(name, 0.0) if name in STATIC_CATEGORIES else 0.0 for name in CATEGORIES],
+            dtype=float,
+        )
         ranks.append(_step_function(rank, static, events[rank], makespan))
     return MemoryTimeline(tuple(ranks), makespan)
 
@@ -184,8 +191,9 @@ def _activation_events(log: EventLog, activation_bytes, events) -> None:
         try:
             nbytes = float(activation_bytes[rank][stage])
         except KeyError:
-            raise ValueError(f"activation_bytes has no entry for rank {rank}, stage {stage} "
-                             f"(needed by {label})") from None
+            raise ValueError(
+                f"activation_bytes has no entry for rank {rank}, stage {stage} (needed by {label})"
+            ) from None
         events[rank].append((start, column, nbytes) if phase == "F" else (end, column, -nbytes))
 
 
@@ -240,5 +248,7 @@ def capacity_message(peaks: dict[str, dict[str, float]], capacity_bytes: float) 
         return None
     worst = max(over, key=lambda r: (peaks[str(r)]["total"], -r))
     shown = ", ".join(map(str, over[:8])) + (", ..." if len(over) > 8 else "")
-    return (f"memory: {len(over)} rank(s) exceed the GPU's {format_bytes(capacity_bytes)} "
-            f"(ranks {shown}; worst rank {worst} peaks at {format_bytes(peaks[str(worst)]['total'])})")
+    return (
+        f"memory: {len(over)} rank(s) exceed the GPU's {format_bytes(capacity_bytes)} "
+        f"(ranks {shown}; worst rank {worst} peaks at {format_bytes(peaks[str(worst)]['total'])})"
+    )

@@ -57,14 +57,19 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     ways; a backward is twice its forward, plus the attention core again under selective recompute."""
     m, t, tp = scenario.model_spec, scenario.training, scenario.parallel.tp
     b, s, h = t.micro_batch, m.seq_len, m.hidden
-    forward = {"embed": 0.0, "attn": cost.attention_forward_flops(b, s, h) / tp,
-               "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
-               "head": cost.head_forward_flops(b, s, h, m.vocab) / tp}
+    forward = {
+        "embed": 0.0,
+        "attn": cost.attention_forward_flops(b, s, h) / tp,
+        "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
+        "head": cost.head_forward_flops(b, s, h, m.vocab) / tp,
+    }
     if m.moe is not None:  # each tp rank routes 1/tp of the tokens; balanced experts: k rows per token
         router = cost.moe_router_flops(b, s, h, m.moe)
         forward["router"] = router / tp
         forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - router) / tp
-    selective = cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
+    selective = (
+        cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
+    )
     flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
     flops["B.attn"] += selective
     return lambda item, stage: flops[item]
@@ -87,9 +92,11 @@ def moe_whole_params(scenario: Scenario, stage: int) -> float:
     if m.moe is None:
         return 0.0
     router_and_shared = m.hidden * m.moe.num_experts + m.moe.shared_experts * cost.mlp_params(
-        m.hidden, m.moe.expert_ffn, m.gated_mlp)
-    return (sum(stage_moe_layers(scenario, stage)) * router_and_shared
-            + routed_expert_params(scenario, stage, m.moe.num_experts // scenario.parallel.ep))
+        m.hidden, m.moe.expert_ffn, m.gated_mlp
+    )
+    return sum(stage_moe_layers(scenario, stage)) * router_and_shared + routed_expert_params(
+        scenario, stage, m.moe.num_experts // scenario.parallel.ep
+    )
 
 
 def expert_bytes(scenario: Scenario, stage: int) -> float:

@@ -33,10 +33,11 @@ import simpy
 from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
 from clustersim.sim.collectives.ops import unpack_pieces
 from clustersim.sim.collectives.run import apply_collective, run_collective, run_images
-from clustersim.sim.network.network import Network
 from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.network.network import Network
 from clustersim.sim.scale.shortcut import Shortcuts
 from clustersim.sim.scale.symmetry import Symmetry
+
 
 class _Done:
     """An op's end or a message's arrival that a walker needs before it is known: its time `at`
@@ -117,10 +118,16 @@ def _collector_paused():
             gc.enable()
 
 
-def run_program(program: Program, network: Network, compute_time_s: Callable[[Compute], float],
-                rank_to_gpu: dict[int, int] | None = None, numerics: Numerics | None = None,
-                on_progress: Callable[[int], None] | None = None, shortcuts: Shortcuts | None = None,
-                symmetry: Symmetry | None = None) -> EventLog:
+def run_program(
+    program: Program,
+    network: Network,
+    compute_time_s: Callable[[Compute], float],
+    rank_to_gpu: dict[int, int] | None = None,
+    numerics: Numerics | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    shortcuts: Shortcuts | None = None,
+    symmetry: Symmetry | None = None,
+) -> EventLog:
     """Simulate one step of `program`; return the event log. Raises DeadlockError if stuck.
     `on_progress(ops done)` is called every PROGRESS_EVERY ops and at the end (a progress bar's
     hook; the engine itself prints nothing). `shortcuts`: replay the collectives of the groups it
@@ -185,8 +192,9 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         key = (op.kind, op.algorithm, op.group, nbytes)
         if key not in replays:
             images = image_groups(op)
-            replays[key] = (shortcuts.recording(op.kind, op.algorithm, tuple(images), nbytes)
-                            if shortcuts.replays(images) else None)
+            replays[key] = (
+                shortcuts.recording(op.kind, op.algorithm, tuple(images), nbytes) if shortcuts.replays(images) else None
+            )
         return replays[key]
 
     def image_groups(op: Collective) -> list[tuple[int, ...]]:
@@ -210,8 +218,9 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         return done
 
     def run_group(op: Collective, inputs: dict[int, object], done: simpy.Event):
-        buffers, counts, nbytes = (unpack_pieces([inputs[r] for r in op.group], op.nbytes) if numerics is not None
-                                   else (None, None, op.nbytes))
+        buffers, counts, nbytes = (
+            unpack_pieces([inputs[r] for r in op.group], op.nbytes) if numerics is not None else (None, None, op.nbytes)
+        )
         images = image_groups(op)
         gpus = images[0]
         label = f"{op.stream}:{op.label}"
@@ -219,14 +228,18 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
             start = env.now
             yield env.timeout(recording.duration_s)
             network.replay(recording, start, label)
-            outputs = (apply_collective(network.graph, op.kind, op.algorithm, gpus, buffers, nbytes, counts=counts)
-                       if buffers is not None else None)
+            outputs = (
+                apply_collective(network.graph, op.kind, op.algorithm, gpus, buffers, nbytes, counts=counts)
+                if buffers is not None
+                else None
+            )
         elif len(images) > 1:  # the group and its images, step by step together (no buffers under symmetry)
             yield env.process(run_images(network, op.kind, op.algorithm, images, nbytes, label=label))
             outputs = None
         else:
-            outputs = yield env.process(run_collective(network, op.kind, op.algorithm, gpus, buffers, nbytes,
-                                                       counts=counts, label=label))
+            outputs = yield env.process(
+                run_collective(network, op.kind, op.algorithm, gpus, buffers, nbytes, counts=counts, label=label)
+            )
         done.succeed(dict(zip(op.group, outputs)) if outputs is not None else {})
 
     def walk(rank: int, stream: str, ops: list[Op]):
@@ -261,8 +274,7 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                 else:
                     numerics.run_compute(rank, op)
                     t += compute_time_s(op) * numerics.work(rank, op)
-                record(_span(Span, (rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0,
-                                          op.flops)))
+                record(_span(Span, (rank, stream, label, op.phase, op.microbatch, op.stage, start, t, 0.0, op.flops)))
             elif kind is Recv:
                 key = (op.peer, rank, op.tag)
                 letter = mailbox.get(key)
@@ -277,8 +289,7 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                     t = letter[0]
                 if numerics is not None:
                     numerics.receive(rank, op, letter[1])
-                record(_span(Span, (rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes,
-                                          0.0)))
+                record(_span(Span, (rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes, 0.0)))
             elif kind is Send and op.nbytes <= 0:  # a signal: no bandwidth, so it runs ahead too
                 payload = numerics.send_payload(rank, op) if numerics is not None else None
                 start = t
@@ -298,20 +309,24 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                     outputs = yield meet(rank, op)
                     if numerics is not None:
                         numerics.collective_output(rank, op, outputs[rank])
-                    record(_span(Span, (rank, stream, label, op.kind.upper(), None, None, start, env.now,
-                                              op.nbytes, 0.0)))
+                    record(
+                        _span(Span, (rank, stream, label, op.kind.upper(), None, None, start, env.now, op.nbytes, 0.0))
+                    )
                 else:
                     payload = numerics.send_payload(rank, op) if numerics is not None else None
                     waiting[me] = (op, "in flight")
                     if symmetry is None:
-                        yield network.transfer(gpu, rank_to_gpu[op.peer], op.nbytes,
-                                               stream_prefix + label + route_text[op.peer])
+                        yield network.transfer(
+                            gpu, rank_to_gpu[op.peer], op.nbytes, stream_prefix + label + route_text[op.peer]
+                        )
                     else:  # the message and its images, together
-                        yield network.transfer_many(*symmetry.pairs(gpu, op.peer), op.nbytes,
-                                                    stream_prefix + label + route_text[op.peer])
+                        yield network.transfer_many(
+                            *symmetry.pairs(gpu, op.peer), op.nbytes, stream_prefix + label + route_text[op.peer]
+                        )
                     post((rank, op.peer, op.tag), env.now, payload)
-                    record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now,
-                                              op.nbytes, 0.0)))
+                    record(
+                        _span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
+                    )
                 t = env.now
             done = done_of.get(label)
             if done is None:
@@ -343,5 +358,11 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
         raise DeadlockError(f"deadlock at t={env.now:.6g}s: {blocked}")
     step_s = max(stream_ends, default=0.0)
     num_ranks = symmetry.world if symmetry is not None else len(program.ranks)
-    return EventLog(tuple(spans), network.flow_table(), num_ranks, network.link_names,
-                    network.link_stats(step_s), tuple(program.ranks) if symmetry is not None else None)
+    return EventLog(
+        tuple(spans),
+        network.flow_table(),
+        num_ranks,
+        network.link_names,
+        network.link_stats(step_s),
+        tuple(program.ranks) if symmetry is not None else None,
+    )

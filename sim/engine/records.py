@@ -5,12 +5,10 @@ Spans are NamedTuples: the engine makes one per op, so they must be cheap to bui
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from clustersim.sim.network.records import FlowTable, LinkStats
-
-import numpy as np
 
 
 class Span(NamedTuple):

@@ -20,8 +20,20 @@ SURVIVE = 1 - 1e-9  # maxmin.rates_that_survive's margin below the slowest leave
 
 
 class _Flow:
-    __slots__ = ("links", "remaining", "since", "rate", "finish_at", "nbytes", "latency", "start", "src", "dst",
-                 "group", "members")
+    __slots__ = (
+        "links",
+        "remaining",
+        "since",
+        "rate",
+        "finish_at",
+        "nbytes",
+        "latency",
+        "start",
+        "src",
+        "dst",
+        "group",
+        "members",
+    )
 
 
 class FewFlows:
@@ -41,8 +53,9 @@ class FewFlows:
     def num_alive(self) -> int:
         return len(self._flows)
 
-    def add(self, ptr: np.ndarray, links: np.ndarray, nbytes, latency, start, src, dst, group,
-            members: list | None = None) -> list[int]:
+    def add(
+        self, ptr: np.ndarray, links: np.ndarray, nbytes, latency, start, src, dst, group, members: list | None = None
+    ) -> list[int]:
         """New flows (paths as CSR, one value per flow per column; `members`: what each stands
         for, any object, given back by `members_of`); their ids."""
         ids = []
@@ -50,11 +63,12 @@ class FewFlows:
         members = [None] * n if members is None else members
         paths = links.tolist()
         bounds = ptr.tolist()
-        for i, values in enumerate(zip(nbytes.tolist(), latency.tolist(), start.tolist(), src.tolist(), dst.tolist(),
-                                       group.tolist(), members)):
+        for i, values in enumerate(
+            zip(nbytes.tolist(), latency.tolist(), start.tolist(), src.tolist(), dst.tolist(), group.tolist(), members)
+        ):
             flow = _Flow()
             flow.nbytes, flow.latency, flow.start, flow.src, flow.dst, flow.group, flow.members = values
-            flow.links = paths[bounds[i]:bounds[i + 1]]
+            flow.links = paths[bounds[i] : bounds[i + 1]]
             flow.remaining, flow.since, flow.rate, flow.finish_at = flow.nbytes, flow.start, 0.0, float("inf")
             fid = self._next_id
             self._next_id += 1
@@ -145,8 +159,9 @@ class FewFlows:
         while active:
             shares = {link: residual[link] / n for link, n in unfrozen.items()}
             best = min(shares.values())
-            newly = dict.fromkeys(fid for link, share in shares.items() if share <= best * (1 + TIE)
-                                  for fid in on[link] if fid in active)
+            newly = dict.fromkeys(
+                fid for link, share in shares.items() if share <= best * (1 + TIE) for fid in on[link] if fid in active
+            )
             for fid in newly:
                 del active[fid]
                 flow = flows[fid]

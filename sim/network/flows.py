@@ -54,8 +54,13 @@ class ActiveFlows:
         indices."""
         n = len(ptr) - 1
         first = len(self.alive)
-        columns.update(rate=np.zeros(n), alive=np.ones(n, dtype=bool), remaining=columns["nbytes"],
-                       since=columns["start"], finish_at=np.full(n, np.inf))
+        columns.update(
+            rate=np.zeros(n),
+            alive=np.ones(n, dtype=bool),
+            remaining=columns["nbytes"],
+            since=columns["start"],
+            finish_at=np.full(n, np.inf),
+        )
         for name in PER_FLOW:
             setattr(self, name, np.concatenate([getattr(self, name), columns[name]]))
         self.flow_ptr = np.concatenate([self.flow_ptr, self.flow_ptr[-1] + ptr[1:]])
@@ -113,8 +118,16 @@ class ActiveFlows:
         self.rate[refill] = 0.0
         frozen = np.ones(len(self.alive), dtype=bool)
         frozen[refill] = False
-        fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows, np.maximum(self.capacity_Bps - self.load, 0.0),
-             np.bincount(links, minlength=num_links).astype(float), frozen, self.rate)
+        fill(
+            self.flow_ptr,
+            self.flow_links,
+            self.link_ptr,
+            self.link_flows,
+            np.maximum(self.capacity_Bps - self.load, 0.0),
+            np.bincount(links, minlength=num_links).astype(float),
+            frozen,
+            self.rate,
+        )
         self.load += np.bincount(links, weights=self.rate[refill][of], minlength=num_links)
         self._plan(refill, now)
         self.last_refilled = len(refill)
@@ -139,9 +152,16 @@ class ActiveFlows:
         self.num_alive -= len(gone)
         frozen = np.ones(len(self.alive), dtype=bool)
         frozen[refill] = False
-        fill(self.flow_ptr, self.flow_links, self.link_ptr, self.link_flows,
-             np.maximum(self.capacity_Bps - self.load, 0.0),
-             np.bincount(refill_links, minlength=num_links).astype(float), frozen, self.rate)
+        fill(
+            self.flow_ptr,
+            self.flow_links,
+            self.link_ptr,
+            self.link_flows,
+            np.maximum(self.capacity_Bps - self.load, 0.0),
+            np.bincount(refill_links, minlength=num_links).astype(float),
+            frozen,
+            self.rate,
+        )
         self.load += np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
         self._plan(refill, now)
         self.last_refilled = len(refill)

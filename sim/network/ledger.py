@@ -71,8 +71,9 @@ class Ledger:
         """Delivered messages (columns, route CSR)."""
         self._done.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
 
-    def record_orbits(self, members: list[tuple], start: list[float], end: list[float], nbytes: list[float],
-                      groups: list[int]) -> None:
+    def record_orbits(
+        self, members: list[tuple], start: list[float], end: list[float], nbytes: list[float], groups: list[int]
+    ) -> None:
         """Delivered orbits, each one's members (src, dst, route CSR) listed or summed at the end."""
         self._orbit_records.extend(zip(members, start, end, nbytes, groups))
         self._orbit_messages += len(members) * self.orbits.size
@@ -90,8 +91,9 @@ class Ledger:
         changes, peak flows and busy time."""
         changed = load != self._load[links]
         self._load[links[changed]] = load[changed]
-        self._timeline.append((np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed],
-                               self._next_place()))
+        self._timeline.append(
+            (np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed], self._next_place())
+        )
         self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
         idle = np.isnan(self._busy_from[links])
         busy = count > 0
@@ -121,8 +123,16 @@ class Ledger:
             first = len(self.labels)
             self.labels.extend(labels)
             self._signals.clear()
-            self.record(np.array(src), np.array(dst), np.array(start), np.array(end), np.zeros(len(src)),
-                        np.arange(first, first + len(src)), np.zeros(len(src) + 1, np.int64), np.zeros(0, np.int64))
+            self.record(
+                np.array(src),
+                np.array(dst),
+                np.array(start),
+                np.array(end),
+                np.zeros(len(src)),
+                np.arange(first, first + len(src)),
+                np.zeros(len(src) + 1, np.int64),
+                np.zeros(0, np.int64),
+            )
 
     def _listing(self) -> bool:
         """Whether replayed and orbit messages are listed one by one (else summed, see flow_table)."""
@@ -133,8 +143,10 @@ class Ledger:
         if not self._orbit_records:
             return []
         size = self.orbits.size
-        return [(src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
-                for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records]
+        return [
+            (src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
+            for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records
+        ]
 
     def messages(self) -> tuple:
         """Every delivered message so far as one batch of columns (src, dst, start, end, bytes,
@@ -144,12 +156,24 @@ class Ledger:
         if self._listing():
             records = records + self._orbit_columns()
         if self._replays and self._listing():
-            records = records + [(src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
-                                 for (src, dst, start, end, nbytes, ptr, route), at, gid
-                                 in ((r.messages, at, gid) for r, at, gid, _ in self._replays)]
+            records = records + [
+                (src, dst, start + at, end + at, nbytes, np.broadcast_to(gid, src.shape), ptr, route)
+                for (src, dst, start, end, nbytes, ptr, route), at, gid in (
+                    (r.messages, at, gid) for r, at, gid, _ in self._replays
+                )
+            ]
         if not records:
             empty = np.zeros(0)
-            return empty, empty, empty, empty, empty, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
+            return (
+                empty,
+                empty,
+                empty,
+                empty,
+                empty,
+                np.zeros(0, np.int64),
+                np.zeros(1, np.int64),
+                np.zeros(0, np.int64),
+            )
         columns = [np.concatenate([np.asarray(r[i]) for r in records]) for i in range(6)]
         lengths = np.concatenate([row_lengths(r[6]) for r in records])
         ptr = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -163,10 +187,18 @@ class Ledger:
         lengths = row_lengths(ptr)[order]
         new_ptr = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(lengths, out=new_ptr[1:])
-        return FlowTable(src[order].astype(np.int64), dst[order].astype(np.int64), start[order].astype(float),
-                         end[order].astype(float), nbytes[order].astype(float), group[order].astype(np.int64),
-                         tuple(self.labels), new_ptr, links[concat_ranges(ptr[order], ptr[order + 1])],
-                         self._summed())
+        return FlowTable(
+            src[order].astype(np.int64),
+            dst[order].astype(np.int64),
+            start[order].astype(float),
+            end[order].astype(float),
+            nbytes[order].astype(float),
+            group[order].astype(np.int64),
+            tuple(self.labels),
+            new_ptr,
+            links[concat_ranges(ptr[order], ptr[order + 1])],
+            self._summed(),
+        )
 
     def _summed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Past LISTED_MESSAGES_MAX, the replayed and orbit messages as (src, dst, bytes, label),
@@ -176,16 +208,25 @@ class Ledger:
             return FlowTable.summed_default()
         sums: dict[tuple[int, str], list] = {}  # (recording or members, stream) -> [src, dst, bytes, first label]
         for r, _, gid, _ in self._replays:
-            entry = sums.setdefault((id(r), self.labels[gid].split(":", 1)[0]),
-                                    [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid])
+            entry = sums.setdefault(
+                (id(r), self.labels[gid].split(":", 1)[0]),
+                [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid],
+            )
             entry[2] += r.messages[4]
         for members, _, _, nbytes, gid in self._orbit_records:
-            entry = sums.setdefault((id(members), self.labels[gid].split(":", 1)[0]), [members[0], members[1], 0.0, gid])
+            entry = sums.setdefault(
+                (id(members), self.labels[gid].split(":", 1)[0]), [members[0], members[1], 0.0, gid]
+            )
             entry[2] += nbytes
-        src, dst, nbytes, label = zip(*((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid))
-                                        for s, d, b, gid in sums.values()))
-        return (np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64),
-                np.concatenate(nbytes).astype(float), np.concatenate(label).astype(np.int64))
+        src, dst, nbytes, label = zip(
+            *((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid)) for s, d, b, gid in sums.values())
+        )
+        return (
+            np.concatenate(src).astype(np.int64),
+            np.concatenate(dst).astype(np.int64),
+            np.concatenate(nbytes).astype(float),
+            np.concatenate(label).astype(np.int64),
+        )
 
     def load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every load change in time order, replays included (changes at one instant in the order
@@ -219,8 +260,14 @@ class Ledger:
             t, l, v = r.timeline
             keep = wanted[l]
             n, k = len(at), int(keep.sum())
-            chunks.append(((np.asarray(at)[:, None] + t[keep][None, :]).ravel(), np.tile(l[keep], n), np.tile(v[keep], n),
-                           np.repeat(place, k)))
+            chunks.append(
+                (
+                    (np.asarray(at)[:, None] + t[keep][None, :]).ravel(),
+                    np.tile(l[keep], n),
+                    np.tile(v[keep], n),
+                    np.repeat(place, k),
+                )
+            )
         if not chunks:
             return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
         times, ids, loads, order_of = (np.concatenate(column) for column in zip(*chunks))
@@ -245,4 +292,6 @@ class Ledger:
         link_bytes, busy_s, peak = self.link_totals()
         util = link_bytes / (self.capacity_Bps * window_s) if window_s > 0 else np.zeros(self.num_links)
         hottest = np.lexsort((np.arange(self.num_links), -util))[:TIMELINE_LINKS]
-        return LinkStats(self.link_names, self.capacity_Bps, link_bytes, busy_s, util, peak, self.load_timeline(hottest))
+        return LinkStats(
+            self.link_names, self.capacity_Bps, link_bytes, busy_s, util, peak, self.load_timeline(hottest)
+        )

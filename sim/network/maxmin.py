@@ -46,18 +46,35 @@ def link_csr(flow_ptr: np.ndarray, flow_links: np.ndarray, num_links: int) -> tu
     return link_ptr, flow_of_pair[order]
 
 
-def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray,
-                  capacity_Bps: np.ndarray) -> np.ndarray:
+def max_min_rates(
+    flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray, capacity_Bps: np.ndarray
+) -> np.ndarray:
     """Rates (bytes/s) of flows 0..F-1 given both CSR views of the incidence and link capacities."""
     rates = np.zeros(len(flow_ptr) - 1)
     frozen = np.zeros(len(flow_ptr) - 1, dtype=bool)
-    fill(flow_ptr, flow_links, link_ptr, link_flows, capacity_Bps.astype(float),
-         row_lengths(link_ptr).astype(float), frozen, rates)
+    fill(
+        flow_ptr,
+        flow_links,
+        link_ptr,
+        link_flows,
+        capacity_Bps.astype(float),
+        row_lengths(link_ptr).astype(float),
+        frozen,
+        rates,
+    )
     return rates
 
 
-def fill(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, link_flows: np.ndarray,
-         residual: np.ndarray, unfrozen_on: np.ndarray, frozen: np.ndarray, rates: np.ndarray) -> None:
+def fill(
+    flow_ptr: np.ndarray,
+    flow_links: np.ndarray,
+    link_ptr: np.ndarray,
+    link_flows: np.ndarray,
+    residual: np.ndarray,
+    unfrozen_on: np.ndarray,
+    frozen: np.ndarray,
+    rates: np.ndarray,
+) -> None:
     """Progressive filling of the flows not `frozen`, in place: `residual` is what frozen flows
     leave of each link, `unfrozen_on` how many unfrozen flows cross it. Resuming a fill this way
     after flows leave is exact for the flows `rates_that_survive` picks. Only links that still
@@ -70,7 +87,7 @@ def fill(flow_ptr: np.ndarray, flow_links: np.ndarray, link_ptr: np.ndarray, lin
         best = share.min()
         bottleneck = live[share <= best * (1 + TIE)]
         if len(bottleneck) == 1:  # the usual case: one link's flows, already distinct
-            candidates = link_flows[link_ptr[bottleneck[0]]:link_ptr[bottleneck[0] + 1]]
+            candidates = link_flows[link_ptr[bottleneck[0]] : link_ptr[bottleneck[0] + 1]]
             newly = candidates[~frozen[candidates]]
         else:
             candidates = link_flows[concat_ranges(link_ptr[bottleneck], link_ptr[bottleneck + 1])]

@@ -27,9 +27,9 @@ import simpy
 
 from clustersim.sim.network.few_flows import FewFlows
 from clustersim.sim.network.flows import ActiveFlows
+from clustersim.sim.network.ledger import Ledger, Recording
 from clustersim.sim.network.maxmin import concat_ranges, row_lengths
 from clustersim.sim.network.orbits import Orbits
-from clustersim.sim.network.ledger import Ledger, Recording
 from clustersim.sim.network.records import FlowTable, LinkStats
 from clustersim.topologies.routing import Router, make_router
 from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
@@ -37,8 +37,6 @@ from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_lab
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
 PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
 PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
-
-
 
 
 class _Group:
@@ -58,8 +56,9 @@ class Network:
     a transfer moves each distinct message it is given and its images, once.
     """
 
-    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, router: Router | None = None,
-                 images: np.ndarray | None = None):
+    def __init__(
+        self, env: simpy.Environment, graph: nx.DiGraph, router: Router | None = None, images: np.ndarray | None = None
+    ):
         self.env = env
         self.graph = graph
         edges = list(graph.edges(data=True))
@@ -74,7 +73,7 @@ class Network:
         if images is not None:  # GPUs outside the shifted ranks stay where they are
             num_gpus = len(gpu_nodes(graph))
             whole = np.tile(np.arange(num_gpus), (len(images), 1))
-            whole[:, :images.shape[1]] = images
+            whole[:, : images.shape[1]] = images
             self.orbits = Orbits(whole, self.capacity_Bps)
         self._reset_state()
 
@@ -100,13 +99,15 @@ class Network:
 
     # -- starting messages -------------------------------------------------------------------
 
-    def transfer(self, src: int, dst: int, nbytes: float, label: str, done: simpy.Event | None = None,
-                 payload: object = None) -> simpy.Event:
+    def transfer(
+        self, src: int, dst: int, nbytes: float, label: str, done: simpy.Event | None = None, payload: object = None
+    ) -> simpy.Event:
         """One message; `done` (a new event if not given) succeeds with `payload` when it lands."""
         if nbytes <= 0:
             done = done or self.env.event()
             self.env.timeout(self.signal(src, dst, self.env.now, label)).callbacks.append(
-                lambda _: done.succeed(payload))
+                lambda _: done.succeed(payload)
+            )
             return done
         return self._start_group(np.array([src]), np.array([dst]), np.array([float(nbytes)]), label, done, payload)
 
@@ -146,15 +147,34 @@ class Network:
         flow_ptr, flow_links = orbits.learn(ptr, links, int(routed[::size].sum()))
         members = []
         for j, first in enumerate(np.flatnonzero(routed)[::size].tolist()):  # each routed orbit's first member
-            rows = ptr[j * size:(j + 1) * size + 1]
-            members.append((full_src[first:first + size], full_dst[first:first + size], rows - rows[0],
-                            links[rows[0]:rows[-1]]))
-        return (picked, src[picked], dst[picked], routed[::size], flow_ptr, flow_links, latency[::size], members,
-                full_src, full_dst)
+            rows = ptr[j * size : (j + 1) * size + 1]
+            members.append(
+                (
+                    full_src[first : first + size],
+                    full_dst[first : first + size],
+                    rows - rows[0],
+                    links[rows[0] : rows[-1]],
+                )
+            )
+        return (
+            picked,
+            src[picked],
+            dst[picked],
+            routed[::size],
+            flow_ptr,
+            flow_links,
+            latency[::size],
+            members,
+            full_src,
+            full_dst,
+        )
 
     def _route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
-        ptr, links = (self.router.route_many(src[routed], dst[routed]) if routed.any()
-                      else (np.zeros(1, np.int64), np.zeros(0, np.int64)))
+        ptr, links = (
+            self.router.route_many(src[routed], dst[routed])
+            if routed.any()
+            else (np.zeros(1, np.int64), np.zeros(0, np.int64))
+        )
         latency = np.zeros(len(src))
         if len(links):
             latency[routed] = np.add.reduceat(self.latency_s[links], ptr[:-1])
@@ -164,7 +184,9 @@ class Network:
         """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
         key = (src, dst)
         if key not in self._latency_cache:
-            self._latency_cache[key] = float(self._route(np.array([src]), np.array([dst]), np.array([src != dst]))[2][0])
+            self._latency_cache[key] = float(
+                self._route(np.array([src]), np.array([dst]), np.array([src != dst]))[2][0]
+            )
         return self._latency_cache[key]
 
     def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:
@@ -182,8 +204,9 @@ class Network:
             routed, full_src, full_dst = src != dst, None, None
             ptr, links, latency = self._cached(src, dst, lambda s, d: self._route(s, d, s != d))
         else:
-            (picked, src, dst, routed, ptr, links, latency, members, full_src,
-             full_dst) = self._cached(src, dst, self._orbit_routes)
+            (picked, src, dst, routed, ptr, links, latency, members, full_src, full_dst) = self._cached(
+                src, dst, self._orbit_routes
+            )
             nbytes = nbytes[picked]
         moving = routed & (nbytes > 0)
         if not moving[routed].all():
@@ -205,8 +228,17 @@ class Network:
             extra["members"] = [m for m, k in zip(members, moving[routed].tolist()) if k]
             per_pair *= self.orbits.per_link[links]
         self.ledger.add_bytes(links, per_pair)
-        ids = self._flows.add(ptr, links, nbytes=nbytes[moving], latency=latency[moving], start=np.full(n, now),
-                              src=src[moving], dst=dst[moving], group=np.full(n, gid), **extra)
+        ids = self._flows.add(
+            ptr,
+            links,
+            nbytes=nbytes[moving],
+            latency=latency[moving],
+            start=np.full(n, now),
+            src=src[moving],
+            dst=dst[moving],
+            group=np.full(n, gid),
+            **extra,
+        )
         self._flows.fill_component(ids, now)
         self.reshares += 1
         self.flows_reshared += self._flows.last_refilled
@@ -221,8 +253,16 @@ class Network:
             src, dst = full_src.reshape(-1, size)[idle].ravel(), full_dst.reshape(-1, size)[idle].ravel()
             nbytes, end, idle = np.repeat(nbytes[idle], size), np.repeat(end[idle], size), np.ones(len(src), bool)
         count = int(idle.sum())
-        self.ledger.record(src[idle], dst[idle], np.full(count, start), end[idle], nbytes[idle], gid,
-                           np.zeros(count + 1, np.int64), np.zeros(0, np.int64))
+        self.ledger.record(
+            src[idle],
+            dst[idle],
+            np.full(count, start),
+            end[idle],
+            nbytes[idle],
+            gid,
+            np.zeros(count + 1, np.int64),
+            np.zeros(0, np.int64),
+        )
 
     # -- the fluid model -----------------------------------------------------------------------
 
@@ -252,8 +292,16 @@ class Network:
             links, owner = flows.pairs_of(finished)
             ptr = np.zeros(len(finished) + 1, dtype=np.int64)
             np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
-            self.ledger.record(flows.src[finished], flows.dst[finished], flows.start[finished], landing,
-                               flows.nbytes[finished], finished_groups, ptr, links)
+            self.ledger.record(
+                flows.src[finished],
+                flows.dst[finished],
+                flows.start[finished],
+                landing,
+                flows.nbytes[finished],
+                finished_groups,
+                ptr,
+                links,
+            )
         else:  # every member of each finished orbit lands with it
             self._record_members(finished, landing, finished_groups)
         flows.finish(finished, self.env.now)
@@ -271,8 +319,13 @@ class Network:
     def _record_members(self, finished, landing: np.ndarray, groups: np.ndarray) -> None:
         """Note the finished orbits (their members are listed, or summed, at the end)."""
         flows = self._flows
-        self.ledger.record_orbits(flows.members_of(finished), flows.take(finished, "start").tolist(), landing.tolist(),
-                                  flows.take(finished, "nbytes").tolist(), groups.tolist())
+        self.ledger.record_orbits(
+            flows.members_of(finished),
+            flows.take(finished, "start").tolist(),
+            landing.tolist(),
+            flows.take(finished, "nbytes").tolist(),
+            groups.tolist(),
+        )
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)
@@ -296,8 +349,17 @@ class Network:
         link_bytes, busy_s, peak = self.ledger.link_totals()
         used = np.flatnonzero(link_bytes)
         src, dst, start, end, nbytes, _, ptr, links = self.ledger.messages()
-        return Recording(self.env.now, used, link_bytes[used], busy_s[used], peak[used], self.ledger.load_timeline(),
-                         (src, dst, start, end, nbytes, ptr, links), self.reshares, self.flows_reshared)
+        return Recording(
+            self.env.now,
+            used,
+            link_bytes[used],
+            busy_s[used],
+            peak[used],
+            self.ledger.load_timeline(),
+            (src, dst, start, end, nbytes, ptr, links),
+            self.reshares,
+            self.flows_reshared,
+        )
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """Add a recording's link statistics, load changes and messages as if it had run from

@@ -74,7 +74,7 @@ class Orbits(MessageOrbits):
             rows = slice(j * self.size, (j + 1) * self.size)
             if (lengths[rows] != lengths[j * self.size]).any():
                 raise ValueError("the routes of a message's images differ in length: the fabric is not symmetric")
-            routes = links[ptr[j * self.size]:ptr[(j + 1) * self.size]].reshape(self.size, -1)
+            routes = links[ptr[j * self.size] : ptr[(j + 1) * self.size]].reshape(self.size, -1)
             for column in routes.T:
                 self._learn_orbit(column)
             out.append(self.canon[routes[0]])
@@ -86,8 +86,11 @@ class Orbits(MessageOrbits):
         orbit = np.unique(column)
         first = orbit[0]
         if self._known[orbit].any():
-            if not (self._known[orbit].all() and (self.canon[orbit] == first).all()
-                    and self.per_link[first] == self.size / len(orbit)):
+            if not (
+                self._known[orbit].all()
+                and (self.canon[orbit] == first).all()
+                and self.per_link[first] == self.size / len(orbit)
+            ):
                 raise ValueError(f"link {first} falls in two orbits: the fabric is not symmetric under the shifts")
             return
         if (self._real_capacity[orbit] != self._real_capacity[first]).any():

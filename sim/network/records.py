@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+
 class FlowSpan(NamedTuple):
     """One message moved by the network: its route (link ids), when it entered and was delivered."""
 
@@ -40,7 +41,8 @@ class FlowTable:
     links: np.ndarray
     # messages summed rather than listed (a huge run's replayed collectives): src, dst, bytes, label
     summed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(
-        default_factory=lambda: FlowTable.summed_default())
+        default_factory=lambda: FlowTable.summed_default()
+    )
 
     @staticmethod
     def summed_default() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -49,8 +51,12 @@ class FlowTable:
     def totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, bytes, label) of every message, listed or summed: what byte counts read."""
         src, dst, nbytes, label = self.summed
-        return (np.concatenate([self.src, src]), np.concatenate([self.dst, dst]),
-                np.concatenate([self.nbytes, nbytes]), np.concatenate([self.label, label]))
+        return (
+            np.concatenate([self.src, src]),
+            np.concatenate([self.dst, dst]),
+            np.concatenate([self.nbytes, nbytes]),
+            np.concatenate([self.label, label]),
+        )
 
     @staticmethod
     def of(spans) -> FlowTable:
@@ -60,19 +66,32 @@ class FlowTable:
         ptr = np.zeros(len(spans) + 1, dtype=np.int64)
         np.cumsum([len(f.links) for f in spans], out=ptr[1:])
         column = lambda name, dtype: np.array([getattr(f, name) for f in spans], dtype=dtype)  # noqa: E731
-        return FlowTable(column("src", np.int64), column("dst", np.int64), column("start_s", float),
-                         column("end_s", float), column("nbytes", float),
-                         np.array([index[f.label] for f in spans], dtype=np.int64), labels, ptr,
-                         np.array([link for f in spans for link in f.links], dtype=np.int64))
+        return FlowTable(
+            column("src", np.int64),
+            column("dst", np.int64),
+            column("start_s", float),
+            column("end_s", float),
+            column("nbytes", float),
+            np.array([index[f.label] for f in spans], dtype=np.int64),
+            labels,
+            ptr,
+            np.array([link for f in spans for link in f.links], dtype=np.int64),
+        )
 
     def __len__(self) -> int:
         return len(self.src)
 
     def __iter__(self):
         for i in range(len(self.src)):
-            yield FlowSpan(int(self.src[i]), int(self.dst[i]),
-                           tuple(self.links[self.link_ptr[i]:self.link_ptr[i + 1]].tolist()), float(self.start_s[i]),
-                           float(self.end_s[i]), float(self.nbytes[i]), self.labels[int(self.label[i])])
+            yield FlowSpan(
+                int(self.src[i]),
+                int(self.dst[i]),
+                tuple(self.links[self.link_ptr[i] : self.link_ptr[i + 1]].tolist()),
+                float(self.start_s[i]),
+                float(self.end_s[i]),
+                float(self.nbytes[i]),
+                self.labels[int(self.label[i])],
+            )
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,12 @@ import re
 
 import numpy as np
 
+from clustersim.schedules.tensor_parallel import EP_STREAM, TP_STREAM
+from clustersim.sim.collectives.steps import split_bounds
 from clustersim.sim.numerics.moe import experts_of_rank, routing_summary
 from clustersim.sim.numerics.optim import make_optimizer
 from clustersim.sim.numerics.pipeline import PipelineNumerics, make_batch, max_errors
 from clustersim.sim.numerics.reference import reference_step
-from clustersim.schedules.tensor_parallel import EP_STREAM, TP_STREAM
-from clustersim.sim.collectives.steps import split_bounds
 from clustersim.sim.numerics.sharding import is_sharded, unshard_params
 from clustersim.sim.numerics.transformer import ShadowConfig, init_params
 
@@ -49,10 +49,22 @@ def _grad_set(what: str) -> str:
 class DataParallelNumerics:
     """What the engine calls (the Numerics protocol) for dp pipeline replicas and ZeRO stage `zero`."""
 
-    def __init__(self, cfg: ShadowConfig, replicas: list[dict[int, int]], num_microbatches: int,
-                 micro_batch_size: int, seed: int, optimizer: str, lr: float, zero: int,
-                 buckets: dict[tuple[str, int], int], recompute_full: bool = False, tp: int = 1,
-                 sequence_parallel: bool = False, ep: int = 1):
+    def __init__(
+        self,
+        cfg: ShadowConfig,
+        replicas: list[dict[int, int]],
+        num_microbatches: int,
+        micro_batch_size: int,
+        seed: int,
+        optimizer: str,
+        lr: float,
+        zero: int,
+        buckets: dict[tuple[str, int], int],
+        recompute_full: bool = False,
+        tp: int = 1,
+        sequence_parallel: bool = False,
+        ep: int = 1,
+    ):
         """`replicas`: every pipeline's placement, replica-major: pipeline i is tensor-parallel rank
         i % tp of data-parallel replica i // tp. `buckets[(set, stage)]`: how many buckets the
         program cuts a stage's gradient set into, set "grads" (all but the expert-parallel
@@ -62,12 +74,28 @@ class DataParallelNumerics:
         rows = num_microbatches * micro_batch_size
         self.tokens, self.targets = make_batch(cfg, seed, self.dp * rows)  # (dp*m*b, s)
         self.replicas = [
-            PipelineNumerics(cfg, len(placement), num_microbatches, micro_batch_size, placement, seed, optimizer,
-                             lr, data=(self.tokens[i // tp * rows:(i // tp + 1) * rows],
-                                       self.targets[i // tp * rows:(i // tp + 1) * rows]),
-                             recompute_full=recompute_full, tp=tp, tp_rank=i % tp, sequence_parallel=sequence_parallel,
-                             ep=ep, ep_rank=i // tp % ep)
-            for i, placement in enumerate(replicas)]
+            PipelineNumerics(
+                cfg,
+                len(placement),
+                num_microbatches,
+                micro_batch_size,
+                placement,
+                seed,
+                optimizer,
+                lr,
+                data=(
+                    self.tokens[i // tp * rows : (i // tp + 1) * rows],
+                    self.targets[i // tp * rows : (i // tp + 1) * rows],
+                ),
+                recompute_full=recompute_full,
+                tp=tp,
+                tp_rank=i % tp,
+                sequence_parallel=sequence_parallel,
+                ep=ep,
+                ep_rank=i // tp % ep,
+            )
+            for i, placement in enumerate(replicas)
+        ]
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = buckets
         self._bounds: dict[tuple, list[tuple[int, int]]] = {}  # (set, stage, size) -> its buckets
@@ -93,8 +121,10 @@ class DataParallelNumerics:
         names = sorted(self._stage(rank, stage).params)
         if self.ep == 1:
             return names if what == "grads" else []
-        own = {f"expert{e}" for e in experts_of_rank(self.replica_of[rank] // self.tp % self.ep,
-                                                    self.cfg.moe.num_experts, self.ep)}
+        own = {
+            f"expert{e}"
+            for e in experts_of_rank(self.replica_of[rank] // self.tp % self.ep, self.cfg.moe.num_experts, self.ep)
+        }
         routed = {n: n.split(".")[2] for n in names if ".moe.expert" in n}  # name -> "expert{e}"
         return [n for n in names if (n in routed) == (what == "egrads") and routed.get(n, "") in own | {""}]
 
@@ -105,7 +135,7 @@ class DataParallelNumerics:
         offset = 0
         for name in names:
             size = into[name].size
-            into[name][...] = flat[offset:offset + size].reshape(into[name].shape)
+            into[name][...] = flat[offset : offset + size].reshape(into[name].shape)
             offset += size
 
     def _bucket_bounds(self, what: str, stage: int, size: int) -> list[tuple[int, int]]:
@@ -147,8 +177,11 @@ class DataParallelNumerics:
         if self.zero == 3 and op.phase in ("F", "B") and not op.part:  # an op's first piece brings the weights
             if (rank, op.label) not in self.gathered:
                 raise RuntimeError(f"rank {rank}, {op.label}: runs before its weights were gathered")
-            self._unflat(self.gathered.pop((rank, op.label)), self._stage(rank, op.stage).params,
-                         self._names(rank, op.stage, "grads"))
+            self._unflat(
+                self.gathered.pop((rank, op.label)),
+                self._stage(rank, op.stage).params,
+                self._names(rank, op.stage, "grads"),
+            )
         finished = replica.run_compute(rank, op)
         if self.zero == 3 and op.phase in ("F", "B") and finished:
             self._keep_only_own_chunks(rank, op.stage)  # free the gathered weights
@@ -202,7 +235,7 @@ class DataParallelNumerics:
             for member in op.group:
                 for lo, hi in chosen:
                     a, b = self._chunk(member, grad_set, lo, hi)
-                    flat[a:b] = result[offset:offset + b - a]
+                    flat[a:b] = result[offset : offset + b - a]
                     offset += b - a
             if bucket is None:  # ZeRO 3: a copy for the one op that asked for it (prefetch)
                 self.gathered[(rank, _TAG.match(op.tag)["op"])] = flat
@@ -235,8 +268,9 @@ class DataParallelNumerics:
         """Every replica's weights (ZeRO 3: put together from every rank's chunks; tensor
         parallelism: from every rank's shards, and each rank's whole copies) against one device on
         the global batch."""
-        ref = reference_step(self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets,
-                             self.optimizer, self.lr)
+        ref = reference_step(
+            self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets, self.optimizer, self.lr
+        )
         worst_abs = worst_rel = 0.0
         for d in range(self.dp):
             shards = [self._pipeline_params(d * self.tp + k) for k in range(self.tp)]
@@ -248,9 +282,15 @@ class DataParallelNumerics:
                 abs_err, rel_err = max_errors(got, ref.params)
                 worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
         losses = [np.mean(list(r.stages[-1].losses.values())) for r in self.replicas]
-        return {"max_abs_err": worst_abs, "max_rel_err": worst_rel, "loss": float(np.mean(losses)),
-                "reference_loss": ref.loss, "params_compared": len(ref.params), "replicas": self.dp,
-                **(routing_summary(ref.routings, self.cfg.moe.num_experts) if self.cfg.moe else {})}
+        return {
+            "max_abs_err": worst_abs,
+            "max_rel_err": worst_rel,
+            "loss": float(np.mean(losses)),
+            "reference_loss": ref.loss,
+            "params_compared": len(ref.params),
+            "replicas": self.dp,
+            **(routing_summary(ref.routings, self.cfg.moe.num_experts) if self.cfg.moe else {}),
+        }
 
     def _pipeline_params(self, i: int) -> dict[str, np.ndarray]:
         """Pipeline i's parameters; each expert of an expert-parallel layer from the replica in
@@ -266,7 +306,7 @@ class DataParallelNumerics:
 
     def _expert_holder(self, i: int, name: str):
         """The pipeline of i's expert-parallel group (and tensor-parallel rank) holding expert `name`."""
-        e = int(name.split(".")[2][len("expert"):])  # layer{L}.moe.expert{e}.fc.w
+        e = int(name.split(".")[2][len("expert") :])  # layer{L}.moe.expert{e}.fc.w
         first = i // self.tp // self.ep * self.ep
         return self.replicas[(first + e // (self.cfg.moe.num_experts // self.ep)) * self.tp + i % self.tp]
 

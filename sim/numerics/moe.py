@@ -92,11 +92,14 @@ def moe_param_shapes(name: str, hidden: int, ffn: int, num_experts: int, shared:
     return shapes
 
 
-def init_moe_params(name: str, hidden: int, ffn: int, num_experts: int, shared: bool,
-                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+def init_moe_params(
+    name: str, hidden: int, ffn: int, num_experts: int, shared: bool, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     """GPT-2 init drawn in `moe_param_shapes` order: weights ~ N(0, INIT_STD^2), biases 0."""
-    return {n: np.zeros(shape) if n.endswith(".b") else rng.standard_normal(shape) * INIT_STD
-            for n, shape in moe_param_shapes(name, hidden, ffn, num_experts, shared).items()}
+    return {
+        n: np.zeros(shape) if n.endswith(".b") else rng.standard_normal(shape) * INIT_STD
+        for n, shape in moe_param_shapes(name, hidden, ffn, num_experts, shared).items()
+    }
 
 
 class Routing(NamedTuple):
@@ -120,8 +123,14 @@ class Routing(NamedTuple):
         return self.weights.reshape(-1)[self.slots]  # (A,)
 
 
-def route(x2d: np.ndarray, w_gate: np.ndarray, top_k: int, capacity_factor: float | None,
-          normalize: bool, selection_bias: tuple[float, ...] | None = None) -> Routing:
+def route(
+    x2d: np.ndarray,
+    w_gate: np.ndarray,
+    top_k: int,
+    capacity_factor: float | None,
+    normalize: bool,
+    selection_bias: tuple[float, ...] | None = None,
+) -> Routing:
     """Top-k over softmax(x W_gate) (+ the selection bias), then admission in priority order up
     to the capacity."""
     tokens, num_experts = x2d.shape[0], w_gate.shape[1]
@@ -143,8 +152,16 @@ def route(x2d: np.ndarray, w_gate: np.ndarray, top_k: int, capacity_factor: floa
     admitted = np.zeros(tokens * top_k, dtype=bool)
     admitted[slots] = True
     tokens_per_expert = wanted if capacity is None else np.minimum(wanted, capacity)
-    return Routing(probs, experts, weights, admitted.reshape(tokens, top_k), slots, tokens_per_expert,
-                   capacity, tokens * top_k - slots.size)
+    return Routing(
+        probs,
+        experts,
+        weights,
+        admitted.reshape(tokens, top_k),
+        slots,
+        tokens_per_expert,
+        capacity,
+        tokens * top_k - slots.size,
+    )
 
 
 def _route_group(p, name, x2d, cfg: MoEConfig) -> Routing:
@@ -155,6 +172,7 @@ def _route_group(p, name, x2d, cfg: MoEConfig) -> Routing:
 
 
 # ---- the pieces both the reference and the EP shard run -------------------------------------------
+
 
 def experts_forward(p, name, experts, rows, counts):
     """rows (R, h) grouped by expert: the first counts[0] rows go through experts[0]'s MLP, ..."""
@@ -216,6 +234,7 @@ def _combine_backward(dy, cache):
 
 # ---- single-device reference ----------------------------------------------------------------------
 
+
 def moe_forward(p, name, x, cfg: MoEConfig):
     """x (b, s, h) -> y (b, s, h), every expert on this device. The b s tokens, in (b, s) order,
     are routed in groups of cfg.group_tokens, each with its own capacity (one pipeline
@@ -227,10 +246,11 @@ def moe_forward(p, name, x, cfg: MoEConfig):
         raise ValueError(f"{name}: {len(x2d)} tokens do not split into routing groups of {size}")
     ys, caches = [], []
     for lo in range(0, len(x2d), size):
-        group = x2d[lo:lo + size]  # (G, h)
+        group = x2d[lo : lo + size]  # (G, h)
         routing = _route_group(p, name, group, cfg)
-        out, c_experts = experts_forward(p, name, range(cfg.num_experts), group[routing.slot_tokens],
-                                         routing.tokens_per_expert)  # (A, h)
+        out, c_experts = experts_forward(
+            p, name, range(cfg.num_experts), group[routing.slot_tokens], routing.tokens_per_expert
+        )  # (A, h)
         y, c_source = _combine(p, name, group, routing, out, cfg)
         ys.append(y)
         caches.append((routing, c_source, c_experts))
@@ -255,13 +275,19 @@ def moe_backward(dout, caches):
 
 # ---- expert parallelism ---------------------------------------------------------------------------
 
+
 def _expert_major(arrived: np.ndarray) -> np.ndarray:
     """Arrival positions of the received rows, reordered from (source, expert, priority) to
     (expert, source, priority); arrived[src, e] = rows from src for local expert e."""
     starts = (np.cumsum(arrived) - arrived.reshape(-1)).reshape(arrived.shape)  # (ep, epr)
     sources, local_experts = arrived.shape
-    return np.concatenate([np.arange(starts[src, e], starts[src, e] + arrived[src, e])
-                           for e in range(local_experts) for src in range(sources)])
+    return np.concatenate(
+        [
+            np.arange(starts[src, e], starts[src, e] + arrived[src, e])
+            for e in range(local_experts)
+            for src in range(sources)
+        ]
+    )
 
 
 class ExpertParallelMoE:
@@ -319,8 +345,9 @@ class ExpertParallelMoE:
         back = (arrived.sum(axis=1) * h, arrived.sum(axis=1) / nominal)
         received = yield ("all_to_all", Pieces(x2d[routing.slot_tokens].reshape(-1), *send))
         order = _expert_major(arrived)
-        out, c_experts = experts_forward(self.params, self.name, self.experts, received.reshape(-1, h)[order],
-                                         arrived.sum(axis=0))  # (R, h), expert-major
+        out, c_experts = experts_forward(
+            self.params, self.name, self.experts, received.reshape(-1, h)[order], arrived.sum(axis=0)
+        )  # (R, h), expert-major
         in_arrival_order = np.empty_like(out)
         in_arrival_order[order] = out
         work = arrived.sum() / nominal
@@ -348,13 +375,18 @@ class ExpertParallelMoE:
 def routing_summary(routings: list[Routing], num_experts: int) -> dict:
     """What a run's routing did over all its MoE layers and groups: admitted rows per expert, the
     share of assignments dropped over capacity, and the hottest expert's share of the rows."""
-    admitted = np.sum([r.tokens_per_expert for r in routings], axis=0, dtype=np.int64) if routings else \
-        np.zeros(num_experts, np.int64)
+    admitted = (
+        np.sum([r.tokens_per_expert for r in routings], axis=0, dtype=np.int64)
+        if routings
+        else np.zeros(num_experts, np.int64)
+    )
     assigned = sum(r.experts.size for r in routings)
-    return {"tokens_per_expert": admitted.tolist(),
-            "dropped_token_rate": sum(r.dropped for r in routings) / assigned if assigned else 0.0,
-            "hottest_expert": int(np.argmax(admitted)),
-            "hottest_expert_share": float(admitted.max() / admitted.sum()) if admitted.sum() else 0.0}
+    return {
+        "tokens_per_expert": admitted.tolist(),
+        "dropped_token_rate": sum(r.dropped for r in routings) / assigned if assigned else 0.0,
+        "hottest_expert": int(np.argmax(admitted)),
+        "hottest_expert_share": float(admitted.max() / admitted.sum()) if admitted.sum() else 0.0,
+    }
 
 
 def traffic_matrix(routings: list[Routing], ep: int, experts_per_rank: int, bytes_per_token: float) -> np.ndarray:
@@ -364,7 +396,8 @@ def traffic_matrix(routings: list[Routing], ep: int, experts_per_rank: int, byte
         raise ValueError(f"{len(routings)} routings for ep = {ep} ranks")
     for rank, r in enumerate(routings):
         if r.tokens_per_expert.size != ep * experts_per_rank:
-            raise ValueError(f"rank {rank}: {r.tokens_per_expert.size} experts != ep ({ep}) x "
-                             f"experts_per_rank ({experts_per_rank})")
+            raise ValueError(
+                f"rank {rank}: {r.tokens_per_expert.size} experts != ep ({ep}) x experts_per_rank ({experts_per_rank})"
+            )
     rows = np.array([r.tokens_per_expert.reshape(ep, experts_per_rank).sum(axis=1) for r in routings])  # (ep, ep)
     return rows * float(bytes_per_token)

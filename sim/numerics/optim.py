@@ -22,8 +22,8 @@ class SGD:
 class Adam:
     """Adam (Kingma & Ba) with bias correction, per parameter name, t = that name's step count:
 
-        m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
-        w <- w - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+    m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
+    w <- w - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
     """
 
     def __init__(self, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):

@@ -58,10 +58,24 @@ def _is_grad_sync(op) -> bool:
 class PipelineNumerics:
     """Shadow-model numerics for one training step of a pipeline-parallel schedule."""
 
-    def __init__(self, cfg: ShadowConfig, num_stages: int, num_microbatches: int, micro_batch_size: int,
-                 stage_to_rank: dict[int, int], seed: int, optimizer: str = "adam", lr: float = 1e-3,
-                 data: tuple[np.ndarray, np.ndarray] | None = None, recompute_full: bool = False,
-                 tp: int = 1, tp_rank: int = 0, sequence_parallel: bool = False, ep: int = 1, ep_rank: int = 0):
+    def __init__(
+        self,
+        cfg: ShadowConfig,
+        num_stages: int,
+        num_microbatches: int,
+        micro_batch_size: int,
+        stage_to_rank: dict[int, int],
+        seed: int,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        data: tuple[np.ndarray, np.ndarray] | None = None,
+        recompute_full: bool = False,
+        tp: int = 1,
+        tp_rank: int = 0,
+        sequence_parallel: bool = False,
+        ep: int = 1,
+        ep_rank: int = 0,
+    ):
         """`data`: (tokens, targets), each (num_microbatches x micro_batch_size, seq_len), when the
         batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`.
         With `tp` > 1 this pipeline is tensor-parallel rank `tp_rank` of its group: its stages hold
@@ -70,11 +84,11 @@ class PipelineNumerics:
         With `ep` > 1 it is expert-parallel rank `ep_rank` of its MoE layers' groups: it holds
         that rank's experts, and its tokens travel to them by all_to_all (on the "ep" stream)."""
         if num_microbatches < 1 or micro_batch_size < 1:
-            raise ValueError(f"num_microbatches ({num_microbatches}) and micro_batch_size ({micro_batch_size}) "
-                             "must be >= 1")
+            raise ValueError(
+                f"num_microbatches ({num_microbatches}) and micro_batch_size ({micro_batch_size}) must be >= 1"
+            )
         if set(stage_to_rank) != set(range(num_stages)):
-            raise ValueError(f"stage_to_rank covers stages {sorted(stage_to_rank)}, "
-                             f"expected 0..{num_stages - 1}")
+            raise ValueError(f"stage_to_rank covers stages {sorted(stage_to_rank)}, expected 0..{num_stages - 1}")
         self.cfg = cfg
         self.num_stages = num_stages
         self.num_microbatches = num_microbatches
@@ -88,12 +102,26 @@ class PipelineNumerics:
         self.tp = tp
         self.in_pieces = tp > 1 or ep > 1  # stages run as generators that yield their collectives
         if self.in_pieces:
-            self.stages = [TensorParallelStage(cfg, s, num_stages, params, num_microbatches, tp, tp_rank,
-                                               sequence_parallel, recompute_full, ep=ep, ep_rank=ep_rank)
-                           for s in range(num_stages)]
+            self.stages = [
+                TensorParallelStage(
+                    cfg,
+                    s,
+                    num_stages,
+                    params,
+                    num_microbatches,
+                    tp,
+                    tp_rank,
+                    sequence_parallel,
+                    recompute_full,
+                    ep=ep,
+                    ep_rank=ep_rank,
+                )
+                for s in range(num_stages)
+            ]
         else:
-            self.stages = [StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full)
-                           for s in range(num_stages)]
+            self.stages = [
+                StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full) for s in range(num_stages)
+            ]
         self.running: dict[int, tuple[str, object, tuple]] = {}  # rank -> (op label, generator, its request)
         self.answers: dict[int, np.ndarray] = {}  # rank -> the collective result its next piece resumes with
         self.syncs: dict[tuple[int, str], object] = {}  # (rank, tag) -> a gradient sum waiting for its result
@@ -103,7 +131,7 @@ class PipelineNumerics:
 
     def _microbatch(self, data: np.ndarray, mb: int) -> np.ndarray:
         b = self.micro_batch_size
-        return data[mb * b:(mb + 1) * b]  # (b, s)
+        return data[mb * b : (mb + 1) * b]  # (b, s)
 
     def _rank_store(self, rank: int) -> dict[tuple, np.ndarray]:
         if rank not in self.store:
@@ -123,8 +151,10 @@ class PipelineNumerics:
         if self.stage_to_rank.get(s) != rank:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} lives on rank {self.stage_to_rank.get(s)}")
         if op.part is not None and not self.in_pieces:
-            raise RuntimeError(f"rank {rank}, {op.label}: a piece, but this pipeline has no tensor- or expert-"
-                               "parallel collective to cut its ops at")
+            raise RuntimeError(
+                f"rank {rank}, {op.label}: a piece, but this pipeline has no tensor- or expert-"
+                "parallel collective to cut its ops at"
+            )
         if op.part:
             return self._resume(rank, op, self.answers.pop(rank, None))
         stage = self.stages[s]
@@ -151,8 +181,9 @@ class PipelineNumerics:
             except StopIteration as finished:
                 self._keep(rank, op, finished.value)
                 return True
-            raise RuntimeError(f"rank {rank}, {op.label}: asks for {request[0]}, but the program has no "
-                               "collective inside this op")
+            raise RuntimeError(
+                f"rank {rank}, {op.label}: asks for {request[0]}, but the program has no collective inside this op"
+            )
         self.running[rank] = (op.label.rpartition(".")[0], run, None)
         return self._resume(rank, op, None)
 
@@ -167,8 +198,9 @@ class PipelineNumerics:
     def _resume(self, rank: int, op, answer) -> bool:
         """Run the rank's op in pieces up to its next collective (parked as its request)."""
         if rank not in self.running or self.running[rank][0] != op.label.rpartition(".")[0]:
-            raise RuntimeError(f"rank {rank}, {op.label}: runs while {self.running.get(rank, ('nothing',))[0]} "
-                               "is the op in progress")
+            raise RuntimeError(
+                f"rank {rank}, {op.label}: runs while {self.running.get(rank, ('nothing',))[0]} is the op in progress"
+            )
         whole, run, _ = self.running[rank]
         if op.part and answer is None:
             raise RuntimeError(f"rank {rank}, {op.label}: runs before the collective that ends piece {op.part - 1}")
@@ -197,8 +229,10 @@ class PipelineNumerics:
             return flat
         whole, _, request = self.running.get(rank, ("nothing", None, None))
         if request is None or request[0] != op.kind:
-            raise RuntimeError(f"rank {rank}, {op.label}: {whole} asks for "
-                               f"{'nothing' if request is None else request[0]} here, not {op.kind}")
+            raise RuntimeError(
+                f"rank {rank}, {op.label}: {whole} asks for "
+                f"{'nothing' if request is None else request[0]} here, not {op.kind}"
+            )
         return request[1]
 
     def tensor_parallel_output(self, rank: int, op, result: np.ndarray) -> None:
@@ -247,13 +281,15 @@ class PipelineNumerics:
         for stage in self.stages:
             if held := stage.pending_microbatches():
                 raise RuntimeError(f"stage {stage.stage}: caches of microbatches {held} were never freed")
-        ref = reference_step(self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets,
-                             self.optimizer, self.lr)
+        ref = reference_step(
+            self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets, self.optimizer, self.lr
+        )
         params = {name: value for stage in self.stages for name, value in stage.params.items()}
         grads = {name: value for stage in self.stages for name, value in stage.grads.items()}
         if set(params) != set(ref.params):
-            raise RuntimeError(f"stages hold parameters {sorted(set(params) ^ set(ref.params))} "
-                               "differently from the reference model")
+            raise RuntimeError(
+                f"stages hold parameters {sorted(set(params) ^ set(ref.params))} differently from the reference model"
+            )
         max_abs, max_rel = max_errors(params, ref.params)
         _, grad_rel = max_errors(grads, ref.grads)
         losses = self.stages[-1].losses

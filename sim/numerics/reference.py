@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from clustersim.sim.numerics.optim import make_optimizer
 from clustersim.sim.numerics.moe import Routing
+from clustersim.sim.numerics.optim import make_optimizer
 from clustersim.sim.numerics.transformer import ShadowConfig, model_backward, model_forward, moe_routings
 
 
@@ -23,8 +23,9 @@ class ReferenceResult(NamedTuple):
     routings: list[Routing]  # every MoE layer's routing groups, layer by layer
 
 
-def reference_step(cfg: ShadowConfig, params: dict[str, np.ndarray], tokens: np.ndarray, targets: np.ndarray,
-                   optimizer: str, lr: float) -> ReferenceResult:
+def reference_step(
+    cfg: ShadowConfig, params: dict[str, np.ndarray], tokens: np.ndarray, targets: np.ndarray, optimizer: str, lr: float
+) -> ReferenceResult:
     """Forward + backward of tokens (B, s) against targets (B, s), then one step of `optimizer`.
     `params` is not modified; the result holds updated copies."""
     loss, tape = model_forward(params, cfg, tokens, range(cfg.layers), embed=True, targets=targets)

@@ -11,16 +11,19 @@ from clustersim.sim.numerics.transformer import ShadowConfig
 
 # parameter kind -> (dim cut into t pieces, blocks cut alike); rank k keeps piece k of each block
 SHARDED = {
-    "attn.qkv.w": (-1, 3), "attn.qkv.b": (-1, 3),  # column-parallel by heads, within each of q, k, v
+    "attn.qkv.w": (-1, 3),
+    "attn.qkv.b": (-1, 3),  # column-parallel by heads, within each of q, k, v
     "attn.proj.w": (0, 1),  # row-parallel, the same heads
-    "mlp.fc.w": (-1, 1), "mlp.fc.b": (-1, 1),  # column-parallel by ffn
+    "mlp.fc.w": (-1, 1),
+    "mlp.fc.b": (-1, 1),  # column-parallel by ffn
     "mlp.proj.w": (0, 1),  # row-parallel, the same ffn slice
-    "embed.tok": (0, 1), "head.w": (-1, 1),  # vocab-parallel
+    "embed.tok": (0, 1),
+    "head.w": (-1, 1),  # vocab-parallel
 }
 
 
 def _kind(name: str) -> str:
-    """"layer3.attn.qkv.w" -> "attn.qkv.w"; non-layer names are their own kind."""
+    """ "layer3.attn.qkv.w" -> "attn.qkv.w"; non-layer names are their own kind."""
     return name.partition(".")[2] if name.startswith("layer") else name
 
 
@@ -34,8 +37,10 @@ def check_tp_degree(cfg: ShadowConfig, tp: int) -> None:
     sizes = {"heads": cfg.heads, "ffn": cfg.ffn, "vocab": cfg.vocab}
     bad = [f"{knob} ({size})" for knob, size in sizes.items() if tp < 1 or size % tp]
     if bad:
-        raise ValueError(f"tensor-parallel degree {tp} must divide heads ({cfg.heads}), ffn ({cfg.ffn}) and "
-                         f"vocab ({cfg.vocab}); it does not divide {', '.join(bad)}")
+        raise ValueError(
+            f"tensor-parallel degree {tp} must divide heads ({cfg.heads}), ffn ({cfg.ffn}) and "
+            f"vocab ({cfg.vocab}); it does not divide {', '.join(bad)}"
+        )
 
 
 def shard_params(params: dict[str, np.ndarray], cfg: ShadowConfig, names, tp: int, k: int) -> dict[str, np.ndarray]:
@@ -49,8 +54,9 @@ def shard_params(params: dict[str, np.ndarray], cfg: ShadowConfig, names, tp: in
             shards[name] = params[name].copy()
             continue
         dim, blocks = SHARDED[_kind(name)]
-        shards[name] = np.concatenate([np.split(block, tp, axis=dim)[k]
-                                       for block in np.split(params[name], blocks, axis=dim)], axis=dim)
+        shards[name] = np.concatenate(
+            [np.split(block, tp, axis=dim)[k] for block in np.split(params[name], blocks, axis=dim)], axis=dim
+        )
     return shards
 
 
@@ -66,6 +72,7 @@ def unshard_params(shards: list[dict[str, np.ndarray]], cfg: ShadowConfig, tp: i
             continue
         dim, blocks = SHARDED[_kind(name)]
         per_rank = [np.split(shard[name], blocks, axis=dim) for shard in shards]
-        full[name] = np.concatenate([np.concatenate([pieces[j] for pieces in per_rank], axis=dim)
-                                     for j in range(blocks)], axis=dim)
+        full[name] = np.concatenate(
+            [np.concatenate([pieces[j] for pieces in per_rank], axis=dim) for j in range(blocks)], axis=dim
+        )
     return full

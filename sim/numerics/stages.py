@@ -85,8 +85,15 @@ class StageModel(StageChecks):
     `params` may be the full parameter dict; the stage keeps (copies of) only the ones it owns.
     """
 
-    def __init__(self, cfg: ShadowConfig, stage: int, num_stages: int, params: dict[str, np.ndarray],
-                 num_microbatches: int, recompute_full: bool = False):
+    def __init__(
+        self,
+        cfg: ShadowConfig,
+        stage: int,
+        num_stages: int,
+        params: dict[str, np.ndarray],
+        num_microbatches: int,
+        recompute_full: bool = False,
+    ):
         """`recompute_full`: keep only each microbatch's input and run the forward again in the
         backward (full activation recomputation), with the weights present at backward time."""
         self.cfg = cfg
@@ -107,8 +114,9 @@ class StageModel(StageChecks):
         """Stage 0 takes tokens (b, s), others activations (b, s, h). Returns activations (b, s, h),
         or on the last stage (which needs `targets` (b, s)) the microbatch's mean token loss."""
         self._check_forward(mb, targets)
-        out, tape = model_forward(self.params, self.cfg, inp, self.layers, embed=self.is_first,
-                                  targets=targets if self.is_last else None)
+        out, tape = model_forward(
+            self.params, self.cfg, inp, self.layers, embed=self.is_first, targets=targets if self.is_last else None
+        )
         self._tapes[mb] = (inp, targets if self.is_last else None) if self.recompute_full else tape
         if self.is_last:
             self.losses[mb] = out

@@ -31,14 +31,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from clustersim.sim.numerics.sharding import is_sharded, shard_params
-from clustersim.sim.numerics.stages import StageChecks, stage_layers, stage_param_names
 from clustersim.sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
 from clustersim.sim.numerics.moe import ExpertParallelMoE, experts_of_rank, moe_backward, moe_forward
-from clustersim.sim.numerics.transformer import (ShadowConfig, attention_core_backward, attention_core_forward,
-                                      layernorm_backward, layernorm_forward)
+from clustersim.sim.numerics.sharding import is_sharded, shard_params
+from clustersim.sim.numerics.stages import StageChecks, stage_layers, stage_param_names
+from clustersim.sim.numerics.transformer import (
+    ShadowConfig,
+    attention_core_backward,
+    attention_core_forward,
+    layernorm_backward,
+    layernorm_forward,
+)
 
 # ---- sequence layout --------------------------------------------------
+
 
 def _seq_major(x):
     """(b, s, h) -> flat (s, b, h), so an array_split into t chunks cuts sequence ranges."""
@@ -71,9 +77,21 @@ class TensorParallelStage(StageChecks):
     `params` and `grads` hold this rank's shards (`shard_params`).
     """
 
-    def __init__(self, cfg: ShadowConfig, stage: int, num_stages: int, params: dict[str, np.ndarray],
-                 num_microbatches: int, tp: int, k: int, sequence_parallel: bool = False,
-                 recompute_full: bool = False, *, ep: int = 1, ep_rank: int = 0):
+    def __init__(
+        self,
+        cfg: ShadowConfig,
+        stage: int,
+        num_stages: int,
+        params: dict[str, np.ndarray],
+        num_microbatches: int,
+        tp: int,
+        k: int,
+        sequence_parallel: bool = False,
+        recompute_full: bool = False,
+        *,
+        ep: int = 1,
+        ep_rank: int = 0,
+    ):
         """`recompute_full`: keep only each microbatch's input and run the forward (with its
         collectives) again at the start of the backward. `ep`, `ep_rank`: this rank's place in
         its MoE layers' expert-parallel groups (ExpertParallelMoE); tp 1 runs no TP collective."""
@@ -104,8 +122,10 @@ class TensorParallelStage(StageChecks):
         `targets` (b, s)) the microbatch's mean token loss (equal on every rank)."""
         self._check_forward(mb, targets)
         if self.sequence_parallel and self.is_first and inp.shape[1] % self.tp:
-            raise ValueError(f"{self._where(mb)}: sequence parallelism needs tp ({self.tp}) to divide the "
-                             f"sequence length ({inp.shape[1]})")
+            raise ValueError(
+                f"{self._where(mb)}: sequence parallelism needs tp ({self.tp}) to divide the "
+                f"sequence length ({inp.shape[1]})"
+            )
         return self._forward(mb, inp, targets if self.is_last else None)
 
     def backward(self, mb: int, dout: np.ndarray | None):
@@ -120,8 +140,10 @@ class TensorParallelStage(StageChecks):
         the optimizer (the program has it for tp > 1; over one rank it changes nothing). When every
         gradient is whole (no sequence parallelism, no MoE layer) it yields nothing."""
         if self.missing_backward():
-            raise RuntimeError(f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the backward of "
-                               f"microbatches {self.missing_backward()}")
+            raise RuntimeError(
+                f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the backward of "
+                f"microbatches {self.missing_backward()}"
+            )
         return self._grad_sync()
 
     # -- the generators -----------------------------------------------------------------------------
@@ -165,8 +187,11 @@ class TensorParallelStage(StageChecks):
         they act on sequence chunks. The other EP ranks' experts are left out: this rank never
         runs them, so their gradients are zero here, and summing zeros would only cost bytes the
         program's sum (sim.run.partial_grad_params: E/ep experts per layer) does not carry."""
-        own = {f"expert{e}" for e in experts_of_rank(self.ep_rank, self.cfg.moe.num_experts, self.ep)} \
-            if self.cfg.moe else set()
+        own = (
+            {f"expert{e}" for e in experts_of_rank(self.ep_rank, self.cfg.moe.num_experts, self.ep)}
+            if self.cfg.moe
+            else set()
+        )
 
         def partial(name: str) -> bool:
             if ".moe." in name:  # layer{L}.moe.{gate | shared | expert{e}}.*
@@ -184,7 +209,7 @@ class TensorParallelStage(StageChecks):
         offset = 0
         for n in names:
             g = self.grads[n]
-            g[...] = total[offset:offset + g.size].reshape(g.shape)
+            g[...] = total[offset : offset + g.size].reshape(g.shape)
             offset += g.size
 
     # -- f and g ------------------------------------------------------------------------------------
@@ -251,7 +276,7 @@ class TensorParallelStage(StageChecks):
         y, c_att = attention_core_forward(qkv, self.cfg.heads // self.tp)  # (b, s, h/t)
         x = x + (yield from self._row_forward(f"{n}.attn.proj", y))
         m, c_ln2 = layernorm_forward(self.params, f"{n}.ln2", x)
-        if int(n[len("layer"):]) in self.cfg.moe_layers:
+        if int(n[len("layer") :]) in self.cfg.moe_layers:
             y_moe, c_moe = yield from self._moe_forward(f"{n}.moe", m)
             return x + y_moe, (n, c_ln1, c_qkv, c_att, y, c_ln2, c_moe)
         u, c_fc = yield from self._column_forward(f"{n}.mlp.fc", m)  # (b, s, ffn/t)
@@ -285,14 +310,14 @@ class TensorParallelStage(StageChecks):
         b, s, h = full.shape
         rows = b * s // self.tp
         lo = self.tp_rank * rows
-        mine = full.reshape(-1, h)[lo:lo + rows][None]  # (1, T/t, h)
+        mine = full.reshape(-1, h)[lo : lo + rows][None]  # (1, T/t, h)
         if self.ep > 1:
             moe = ExpertParallelMoE(self.params, name, self.cfg.moe, self.ep, self.ep_rank)
             y, cache = (yield from moe.forward(mine)), moe
         else:
             y, cache = moe_forward(self.params, name, mine, self.cfg.moe)  # (1, T/t, h)
         partial = np.zeros_like(full).reshape(-1, h)  # (T, h), zero outside chunk k
-        partial[lo:lo + rows] = y[0]
+        partial[lo : lo + rows] = y[0]
         return (yield from self._leave_tp(partial.reshape(b, s, h))), _MoECache(cache, lo, rows)
 
     def _moe_backward(self, dout, c: _MoECache):
@@ -300,13 +325,13 @@ class TensorParallelStage(StageChecks):
         through the experts path, g's backward sums the ranks' partial dm."""
         dfull = yield from self._enter_tp(dout)  # (b, s, h)
         b, s, h = dfull.shape
-        dmine = dfull.reshape(-1, h)[c.lo:c.lo + c.rows][None]  # (1, T/t, h)
+        dmine = dfull.reshape(-1, h)[c.lo : c.lo + c.rows][None]  # (1, T/t, h)
         if isinstance(c.inner, ExpertParallelMoE):
             dx, grads = yield from c.inner.backward(dmine)
         else:
             dx, grads = moe_backward(dmine, c.inner)  # (1, T/t, h)
         partial = np.zeros_like(dfull).reshape(-1, h)  # (T, h)
-        partial[c.lo:c.lo + c.rows] = dx[0]
+        partial[c.lo : c.lo + c.rows] = dx[0]
         return (yield from self._leave_tp(partial.reshape(b, s, h))), grads
 
     def _head_forward(self, x, targets):

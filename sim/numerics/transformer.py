@@ -57,10 +57,14 @@ def layer_param_shapes(cfg: ShadowConfig, i: int) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape for transformer block `i`, in init order."""
     h, f, n = cfg.hidden, cfg.ffn, f"layer{i}"
     shapes = {
-        f"{n}.ln1.g": (h,), f"{n}.ln1.b": (h,),
-        f"{n}.attn.qkv.w": (h, 3 * h), f"{n}.attn.qkv.b": (3 * h,),
-        f"{n}.attn.proj.w": (h, h), f"{n}.attn.proj.b": (h,),
-        f"{n}.ln2.g": (h,), f"{n}.ln2.b": (h,),
+        f"{n}.ln1.g": (h,),
+        f"{n}.ln1.b": (h,),
+        f"{n}.attn.qkv.w": (h, 3 * h),
+        f"{n}.attn.qkv.b": (3 * h,),
+        f"{n}.attn.proj.w": (h, h),
+        f"{n}.attn.proj.b": (h,),
+        f"{n}.ln2.g": (h,),
+        f"{n}.ln2.b": (h,),
     }
     if i in cfg.moe_layers:
         return shapes | moe_param_shapes(f"{n}.moe", h, f, cfg.moe.num_experts, cfg.moe.shared)
@@ -93,6 +97,7 @@ def init_params(cfg: ShadowConfig, seed: int) -> dict[str, np.ndarray]:
 
 
 # ---- pieces -------------------------------------------------------------------------------------
+
 
 def embed_forward(p, tokens):
     """x = E_tok[tokens] + E_pos[:s]; tokens (b, s) int -> x (b, s, h)."""
@@ -226,6 +231,7 @@ def cross_entropy_backward(dloss, cache):
 
 # ---- a contiguous span of the model --------------------------------------------------------------
 
+
 def model_forward(p, cfg: ShadowConfig, inp, layers, *, embed: bool, targets=None):
     """Run embedding (if `embed`; then `inp` is tokens (b, s)), blocks `layers`, and, if `targets`
     is given, final LN + head + loss. Returns (activations (b, s, h) or the loss, tape)."""
@@ -257,8 +263,12 @@ def model_backward(dout, tape):
 
 def moe_routings(tape) -> list:
     """The routing of every MoE layer's groups on a forward tape, layer by layer."""
-    return [routing for backward, cache in tape if backward is block_backward and cache[3] is moe_backward
-            for routing, _, _ in cache[4]]
+    return [
+        routing
+        for backward, cache in tape
+        if backward is block_backward and cache[3] is moe_backward
+        for routing, _, _ in cache[4]
+    ]
 
 
 def loss_and_grads(p, cfg: ShadowConfig, tokens, targets):

@@ -11,8 +11,7 @@ TOP_LINKS = TIMELINE_LINKS  # the links whose load timeline a run keeps
 TIME_BINS = 200
 
 
-def utilisation_matrix(stats: LinkStats, links: np.ndarray, step_s: float,
-                       bins: int = TIME_BINS) -> np.ndarray:
+def utilisation_matrix(stats: LinkStats, links: np.ndarray, step_s: float, bins: int = TIME_BINS) -> np.ndarray:
     """(len(links), bins) mean utilisation of each link in each time bin.
 
     The timeline holds each link's load (B/s) from the time it changed until its next change; a

@@ -97,8 +97,9 @@ def bytes_sent_per_rank(log: EventLog) -> dict[str, dict[str, float]]:
     return sent
 
 
-def traffic_matrix_bytes(log: EventLog, num_gpus: int, streams: Collection[str] | None = None,
-                         block: int = 1) -> np.ndarray:
+def traffic_matrix_bytes(
+    log: EventLog, num_gpus: int, streams: Collection[str] | None = None, block: int = 1
+) -> np.ndarray:
     """(num_gpus, num_gpus) bytes, [i, j] = bytes of the messages GPU i delivered to GPU j (GPUs,
     as the flow table has them, not ranks), of `streams` only (None: every message): who talks
     to whom, e.g. an even all-to-all as a uniform block per expert-parallel group. A piece sent to
@@ -106,8 +107,11 @@ def traffic_matrix_bytes(log: EventLog, num_gpus: int, streams: Collection[str] 
     sums GPUs i x block ... (i + 1) x block - 1 to the same of j (a matrix a huge run can hold)."""
     src, dst, nbytes, label = log.flows.totals()
     names, stream_of = stream_of_flows(log.flows, label)
-    keep = (np.ones(len(src), bool) if streams is None
-            else np.isin(stream_of, [names.index(s) for s in streams if s in names]))
+    keep = (
+        np.ones(len(src), bool)
+        if streams is None
+        else np.isin(stream_of, [names.index(s) for s in streams if s in names])
+    )
     n = -(-num_gpus // block)
     cells = np.bincount(src[keep] // block * n + dst[keep] // block, weights=nbytes[keep], minlength=n * n)
     return cells.reshape(n, n)

@@ -32,5 +32,7 @@ def straggler_summary(log: EventLog) -> dict:
     """summary.json's view: every rank's count of last arrivals, and the rank most often last
     (None when every all-to-all's members arrived together)."""
     counts = last_arrivals(log)
-    return {"alltoall_last_arrivals_per_rank": {str(rank): n for rank, n in counts.items()},
-            "alltoall_straggler_rank": max(counts, key=lambda rank: (counts[rank], -rank)) if counts else None}
+    return {
+        "alltoall_last_arrivals_per_rank": {str(rank): n for rank, n in counts.items()},
+        "alltoall_straggler_rank": max(counts, key=lambda rank: (counts[rank], -rank)) if counts else None,
+    }

@@ -15,8 +15,9 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     """
     cells = [[_cell(row.get(key), spec) for key, _, spec in columns] for row in rows]
     headers = [header for _, header, _ in columns]
-    numeric = [all(isinstance(row.get(key), Number) for row in rows if row.get(key) is not None)
-               for key, _, _ in columns]
+    numeric = [
+        all(isinstance(row.get(key), Number) for row in rows if row.get(key) is not None) for key, _, _ in columns
+    ]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values: list[str]) -> str:

@@ -83,17 +83,31 @@ def _rank_events(log: EventLog, ranks: list[int] | None) -> tuple[list[dict], li
         meta += [_meta(pid, 0, "process_name", f"rank {rank}"), _meta(pid, 0, "process_sort_index", rank)]
     if len(kept) < log.num_ranks:
         pid = rank_pid(log.num_ranks) + 1
-        meta += [_meta(pid, 0, "process_name", f"{log.num_ranks - len(kept)} other ranks left out (over "
-                                              f"{MAX_SPAN_EVENTS} spans; the Gantt shows the same ranks)")]
+        meta += [
+            _meta(
+                pid,
+                0,
+                "process_name",
+                f"{log.num_ranks - len(kept)} other ranks left out (over "
+                f"{MAX_SPAN_EVENTS} spans; the Gantt shows the same ranks)",
+            )
+        ]
     for rank, stream in sorted({(s.rank, s.stream) for s in spans}, key=lambda rs: (rs[0], tids[rs[1]])):
         pid, tid = rank_pid(rank), tids[stream]
         meta += [_meta(pid, tid, "thread_name", stream), _meta(pid, tid, "thread_sort_index", tid)]
     for span in spans:
-        events.append({  # keys in sorted order, as written (see write_trace)
-            "args": {"bytes": span.nbytes, "flops": span.flops, "microbatch": span.microbatch, "stage": span.stage},
-            "cat": span.phase, "dur": span.duration_s * US_PER_S, "name": span.label, "ph": "X",
-            "pid": rank_pid(span.rank), "tid": tids[span.stream], "ts": span.start_s * US_PER_S,
-        })
+        events.append(
+            {  # keys in sorted order, as written (see write_trace)
+                "args": {"bytes": span.nbytes, "flops": span.flops, "microbatch": span.microbatch, "stage": span.stage},
+                "cat": span.phase,
+                "dur": span.duration_s * US_PER_S,
+                "name": span.label,
+                "ph": "X",
+                "pid": rank_pid(span.rank),
+                "tid": tids[span.stream],
+                "ts": span.start_s * US_PER_S,
+            }
+        )
     return meta, events
 
 
@@ -109,8 +123,14 @@ def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
         return [], []
     if len(log.flows.links) > MAX_FLOW_EVENTS:
         net = rank_pid(log.num_ranks)
-        return [_meta(net, 0, "process_name", f"network: {len(log.flows)} flows left out (over "
-                      f"{MAX_FLOW_EVENTS} flow x link events; see links.png)")], []
+        return [
+            _meta(
+                net,
+                0,
+                "process_name",
+                f"network: {len(log.flows)} flows left out (over {MAX_FLOW_EVENTS} flow x link events; see links.png)",
+            )
+        ], []
     net = rank_pid(log.num_ranks)
     lanes = link_lanes(log.flows)
     used = sorted({(link, lane) for (_, link), lane in lanes.items()})
@@ -123,11 +143,18 @@ def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
     events = []
     for i, flow in enumerate(log.flows):
         for link in flow.links:
-            events.append({  # keys in sorted order, as written (see write_trace)
-                "args": {"bytes": flow.nbytes, "dst": flow.dst, "route": list(flow.links), "src": flow.src},
-                "cat": "flow", "dur": (flow.end_s - flow.start_s) * US_PER_S, "name": flow.label, "ph": "X",
-                "pid": net, "tid": flow_tid[(link, lanes[(i, link)])], "ts": flow.start_s * US_PER_S,
-            })
+            events.append(
+                {  # keys in sorted order, as written (see write_trace)
+                    "args": {"bytes": flow.nbytes, "dst": flow.dst, "route": list(flow.links), "src": flow.src},
+                    "cat": "flow",
+                    "dur": (flow.end_s - flow.start_s) * US_PER_S,
+                    "name": flow.label,
+                    "ph": "X",
+                    "pid": net,
+                    "tid": flow_tid[(link, lanes[(i, link)])],
+                    "ts": flow.start_s * US_PER_S,
+                }
+            )
     return meta, events
 
 

@@ -31,8 +31,9 @@ from clustersim.sim.scale.symmetry import Symmetry
 class Shortcuts:
     """Which process groups' collectives may be replayed on `network`, and their recordings."""
 
-    def __init__(self, program: Program, network: Network, rank_to_gpu: dict[int, int],
-                 symmetry: Symmetry | None = None):
+    def __init__(
+        self, program: Program, network: Network, rank_to_gpu: dict[int, int], symmetry: Symmetry | None = None
+    ):
         """`symmetry`: the program's ranks are representatives whose images run alongside; their
         groups and messages count too (ranks are GPUs then)."""
         self.network = network
@@ -41,22 +42,30 @@ class Shortcuts:
         streams: dict[tuple[int, ...], set[str]] = defaultdict(set)
         pairs: set[tuple[int, int]] = set()
         # each distinct collective of the program: (group, kind, algorithm, bytes, stream)
-        self.collectives = {(op.group, op.kind, op.algorithm, op.nbytes, op.stream) for ops in program.ops.values()
-                            for op in ops if type(op) is Collective}
+        self.collectives = {
+            (op.group, op.kind, op.algorithm, op.nbytes, op.stream)
+            for ops in program.ops.values()
+            for op in ops
+            if type(op) is Collective
+        }
         for group, kind, algorithm, nbytes, stream in self.collectives:
             gpus = tuple(rank_to_gpu[r] for r in group)
             for image in symmetry.groups(gpus) if symmetry is not None else [gpus]:
                 variants[image].add((kind, algorithm, nbytes))
                 streams[image].add(stream)
-        sends = {(rank, op.peer) for rank, ops in program.ops.items() for op in ops if type(op) is Send and op.nbytes > 0}
+        sends = {
+            (rank, op.peer) for rank, ops in program.ops.items() for op in ops if type(op) is Send and op.nbytes > 0
+        }
         for rank, peer in sends:
             src, dst = rank_to_gpu[rank], rank_to_gpu[peer]
             pairs.update(zip(*symmetry.pairs(src, dst)) if symmetry is not None else [(src, dst)])
         owners = np.zeros(network.num_links, dtype=np.int64)  # how many traffic classes use each link
         group_links: dict[tuple[int, ...], np.ndarray] = {}
         for gpus, kinds in variants.items():
-            src, dst = (np.concatenate(side) for side in zip(*(message_pairs(network.graph, kind, algo, gpus, size)
-                                                                for kind, algo, size in kinds)))
+            src, dst = (
+                np.concatenate(side)
+                for side in zip(*(message_pairs(network.graph, kind, algo, gpus, size) for kind, algo, size in kinds))
+            )
             routed = src != dst
             group_links[gpus] = np.unique(network.router.route_many(src[routed], dst[routed])[1])
             owners[group_links[gpus]] += 1
@@ -65,8 +74,9 @@ class Shortcuts:
             routed = src != dst
             _, links = network.router.route_many(src[routed], dst[routed])
             owners[np.unique(links)] += 1
-        self.groups = {gpus for gpus, links in group_links.items()
-                       if len(streams[gpus]) == 1 and (owners[links] == 1).all()}
+        self.groups = {
+            gpus for gpus, links in group_links.items() if len(streams[gpus]) == 1 and (owners[links] == 1).all()
+        }
 
     def recording(self, kind: str, algorithm: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> Recording:
         """The collective run alone on an idle copy of the network, from t = 0, on each of `groups`
@@ -76,8 +86,13 @@ class Shortcuts:
         if key not in self._recordings:
             env = simpy.Environment()
             alone = self.network.fresh(env)
-            env.run(env.process(run_collective(alone, kind, algorithm, list(groups[0]), None, nbytes, label="")
-                                if len(groups) == 1 else run_images(alone, kind, algorithm, list(groups), nbytes, label="")))
+            env.run(
+                env.process(
+                    run_collective(alone, kind, algorithm, list(groups[0]), None, nbytes, label="")
+                    if len(groups) == 1
+                    else run_images(alone, kind, algorithm, list(groups), nbytes, label="")
+                )
+            )
             self._recordings[key] = alone.recording()
         return self._recordings[key]
 

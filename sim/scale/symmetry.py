@@ -18,14 +18,14 @@ whose routing tells images apart (per-flow ECMP hashing) breaks that, and the ru
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
-from typing import Iterable
-
 from clustersim.schedules.layout import Layout
-from clustersim.sim.results.metrics import stream_of_flows
 from clustersim.sim.network.orbits import MessageOrbits
 from clustersim.sim.network.records import FlowTable
+from clustersim.sim.results.metrics import stream_of_flows
 
 
 class Symmetry:
@@ -42,7 +42,7 @@ class Symmetry:
         for k, (a, b) in enumerate(shifts):
             self.image[k, grid.reshape(-1)] = grid[(d + a) % layout.dp, p, (t + b) % layout.tp].reshape(-1)
         self._groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        self.representatives = sorted(int(r) for r in grid[:layout.ep, :, 0].reshape(-1))
+        self.representatives = sorted(int(r) for r in grid[: layout.ep, :, 0].reshape(-1))
         rep_of = np.empty(layout.world, dtype=np.int64)
         for rep in self.representatives:
             rep_of[self.image[:, rep]] = rep
@@ -58,7 +58,11 @@ class Symmetry:
         `steps`: each moving collective on a group that a shift maps onto itself, as its group and
         its steps' (sources, destinations)."""
         fabric = [a % self._fabric_step == 0 for a, _ in self.shifts]
-        candidates = [fabric, [f and b == 0 for f, (_, b) in zip(fabric, self.shifts)], [a == 0 for a, _ in self.shifts]]
+        candidates = [
+            fabric,
+            [f and b == 0 for f, (_, b) in zip(fabric, self.shifts)],
+            [a == 0 for a, _ in self.shifts],
+        ]
         steps = list(steps)
         for rows in candidates:
             if sum(rows) == 1:
@@ -74,8 +78,10 @@ class Symmetry:
         order = np.argsort(group)
         members = np.asarray(group)[order]
         for src, dst in pairs:
-            yield (images[:, order[np.searchsorted(members, src)]].ravel(),
-                   images[:, order[np.searchsorted(members, dst)]].ravel())
+            yield (
+                images[:, order[np.searchsorted(members, src)]].ravel(),
+                images[:, order[np.searchsorted(members, dst)]].ravel(),
+            )
 
     @property
     def images_per_rank(self) -> int:

@@ -28,16 +28,17 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key '{key}'", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
             seen.add(key if isinstance(key, str) else id(key_node))
         return super().construct_mapping(node, deep=deep)
 
 
 _StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
-               r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"),
+    re.compile(
+        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"
+    ),
     list("-+0123456789."),
 )
 
@@ -66,8 +67,9 @@ def load_scenario_text(text: str, filename: str = "<string>") -> Scenario:
     """Validate scenario YAML given as text; `filename` is only used in error messages."""
     data = _parse(text, filename)
     if "variants" in data:
-        raise ScenarioError(filename, "variants", "this file defines variants of a scenario: run them with "
-                            "`clustersim compare`")
+        raise ScenarioError(
+            filename, "variants", "this file defines variants of a scenario: run them with `clustersim compare`"
+        )
     return _validate(data, filename)
 
 
@@ -156,14 +158,19 @@ def _section_at(loc: tuple) -> type[BaseModel] | None:
 
 
 _EXPECTED = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
-    "bool_parsing": "true or false", "string_type": "a string", "model_type": "a mapping",
-    "model_attributes_type": "a mapping", "dict_type": "a mapping",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "dict_type": "a mapping",
 }
-_BOUNDS = {
-    "greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<=",
-}
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
 def _translate(error: dict) -> tuple[str, str]:

@@ -78,14 +78,10 @@ MODELS: dict[str, ModelSpec] = {
     # (arXiv:2307.09288), Table 1 (context 4096); dims from meta-llama/Llama-2-7b-hf config.json:
     # hidden_size 4096, num_hidden_layers 32, num_attention_heads 32, intermediate_size 11008,
     # vocab_size 32000; SwiGLU MLP.
-    "llama2-7b": ModelSpec(
-        layers=32, hidden=4096, heads=32, ffn=11008, seq_len=4096, vocab=32000, gated_mlp=True
-    ),
+    "llama2-7b": ModelSpec(layers=32, hidden=4096, heads=32, ffn=11008, seq_len=4096, vocab=32000, gated_mlp=True),
     # Llama 2 13B, same paper; meta-llama/Llama-2-13b-hf config.json: hidden_size 5120,
     # num_hidden_layers 40, num_attention_heads 40, intermediate_size 13824, vocab_size 32000.
-    "llama2-13b": ModelSpec(
-        layers=40, hidden=5120, heads=40, ffn=13824, seq_len=4096, vocab=32000, gated_mlp=True
-    ),
+    "llama2-13b": ModelSpec(layers=40, hidden=5120, heads=40, ffn=13824, seq_len=4096, vocab=32000, gated_mlp=True),
     # Not a published model: a small GPT-style shape for quick scenarios and tests
     # (8 layers split evenly by pp 1, 2, 4, 8; 16 heads split by tp 1..16).
     "tiny-8l": ModelSpec(layers=8, hidden=1024, heads=16, ffn=4096, seq_len=1024, vocab=32000),
@@ -99,7 +95,13 @@ MODELS: dict[str, ModelSpec] = {
     # 2h(h - 8 x 128) = 25.2M more attention weights per layer, 0.81B in all: we count 47.5B total
     # and 13.7B active against the 46.7B and 12.9B Mistral AI publishes (tests/test_cost_moe.py).
     "mixtral-8x7b": ModelSpec(
-        layers=32, hidden=4096, heads=32, ffn=14336, seq_len=32768, vocab=32000, gated_mlp=True,
+        layers=32,
+        hidden=4096,
+        heads=32,
+        ffn=14336,
+        seq_len=32768,
+        vocab=32000,
+        gated_mlp=True,
         moe=MoESpec(num_experts=8, top_k=2, expert_ffn=14336),
     ),
     # DeepSeek-V3-like, DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv:2412.19437), section
@@ -115,7 +117,13 @@ MODELS: dict[str, ModelSpec] = {
     # We count 672.3B total and 37.8B active (without the embedding lookup) against the paper's
     # 671B and 37B. 61 layers is prime: parallel.pp must be 1 or 61 while stages split layers evenly.
     "deepseek-v3-like": ModelSpec(
-        layers=61, hidden=7168, heads=128, ffn=18432, seq_len=4096, vocab=129280, gated_mlp=True,
+        layers=61,
+        hidden=7168,
+        heads=128,
+        ffn=18432,
+        seq_len=4096,
+        vocab=129280,
+        gated_mlp=True,
         moe=MoESpec(num_experts=256, top_k=8, expert_ffn=2048, first_dense=3, shared_experts=1),
     ),
 }

@@ -16,17 +16,25 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
-from pydantic import WithJsonSchema
-from pydantic import field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from clustersim.schedules.pipeline import SCHEDULES
+from clustersim.sim.cost.memory import RECOMPUTE_MODES
 from clustersim.sim.scenario import units
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
-from clustersim.sim.cost.memory import RECOMPUTE_MODES
 from clustersim.sim.scenario.presets import MODELS, ModelSpec, MoESpec
 from clustersim.topologies import fattree
 from clustersim.topologies.registry import TOPOLOGIES
@@ -74,8 +82,7 @@ def _one_of(valid: tuple[str, ...] | dict, what: str) -> Any:
 
 
 def _unit(
-    parse: Callable[[object], float], pattern: str, example: str, si: str, zero_ok: bool,
-    optional: bool = False,
+    parse: Callable[[object], float], pattern: str, example: str, si: str, zero_ok: bool, optional: bool = False
 ) -> Any:
     """A float field written as a unit string (or a plain SI number), parsed at validation.
     It must be > 0 (>= 0 if zero_ok); the check is here so the message quotes what was written.
@@ -90,10 +97,7 @@ def _unit(
         return number
 
     schema = {
-        "anyOf": [
-            {"type": "string", "pattern": pattern, "examples": [example]},
-            {"type": "number"},
-        ],
+        "anyOf": [{"type": "string", "pattern": pattern, "examples": [example]}, {"type": "number"}],
         "description": f"e.g. '{example}', or a plain number in {si}; {'>=' if zero_ok else '>'} 0",
     }
     if optional:
@@ -140,15 +144,27 @@ TOPOLOGY_KEYS = {
     "torus": ("axes", "wrap", "link_bandwidth", "link_latency"),
     "mesh": ("axes", "link_bandwidth", "link_latency"),
     "dgx": ("nvlink_bandwidth", "nic_bandwidth", "link_latency"),
-    "fattree": ("nvlink_bandwidth", "nic_bandwidth", "leaf_radix", "oversubscription", "tiers", "load_balance",
-                "link_latency"),
+    "fattree": (
+        "nvlink_bandwidth",
+        "nic_bandwidth",
+        "leaf_radix",
+        "oversubscription",
+        "tiers",
+        "load_balance",
+        "link_latency",
+    ),
 }
 _DGX_DEFAULTS = {"nvlink_bandwidth": fattree.NVLINK4_BANDWIDTH_Bps, "nic_bandwidth": fattree.CX7_BANDWIDTH_Bps}
 TOPOLOGY_DEFAULTS = {  # filled in before validation, so the resolved scenario shows what was used
     "torus": {"wrap": True},
     "dgx": _DGX_DEFAULTS,
-    "fattree": {**_DGX_DEFAULTS, "leaf_radix": fattree.LEAF_RADIX, "oversubscription": 1.0, "tiers": 2,
-                "load_balance": "ecmp"},
+    "fattree": {
+        **_DGX_DEFAULTS,
+        "leaf_radix": fattree.LEAF_RADIX,
+        "oversubscription": 1.0,
+        "tiers": 2,
+        "load_balance": "ecmp",
+    },
 }
 
 
@@ -162,21 +178,27 @@ class TopologySection(_Section):
 
     kind: TopologyKind = "switch"
     link_bandwidth_Bps: OptionalBandwidth = Field(
-        None, alias="link_bandwidth", description="switch, ring, torus, mesh: every link, per direction")
+        None, alias="link_bandwidth", description="switch, ring, torus, mesh: every link, per direction"
+    )
     link_latency_s: Seconds = Field(alias="link_latency", description="every kind: per link, e.g. '1us'")
     axes: list[Annotated[int, Field(gt=0)]] | None = Field(
-        None, min_length=1, max_length=3, description="torus, mesh: GPUs per axis, e.g. [4, 4, 4]; axis 0 routes first")
+        None, min_length=1, max_length=3, description="torus, mesh: GPUs per axis, e.g. [4, 4, 4]; axis 0 routes first"
+    )
     wrap: bool | None = Field(None, description="torus: wraparound links (default true)")
     nvlink_bandwidth_Bps: OptionalBandwidth = Field(
-        None, alias="nvlink_bandwidth", description="dgx, fattree: GPU <-> NVSwitch per direction (default 450GB/s)")
+        None, alias="nvlink_bandwidth", description="dgx, fattree: GPU <-> NVSwitch per direction (default 450GB/s)"
+    )
     nic_bandwidth_Bps: OptionalBandwidth = Field(
-        None, alias="nic_bandwidth", description="dgx, fattree: GPU <-> NIC <-> leaf per direction (default 50GB/s)")
+        None, alias="nic_bandwidth", description="dgx, fattree: GPU <-> NIC <-> leaf per direction (default 50GB/s)"
+    )
     leaf_radix: int | None = Field(None, gt=0, description="fattree: NIC ports per leaf switch (default 32)")
     oversubscription: float | None = Field(
-        None, gt=0, description="fattree: leaf downlink / uplink capacity (default 1: full bisection)")
+        None, gt=0, description="fattree: leaf downlink / uplink capacity (default 1: full bisection)"
+    )
     tiers: int | None = Field(None, ge=2, le=3, description="fattree: 2 (leaf, spine) or 3 (+ core) (default 2)")
     load_balance: LoadBalance | None = Field(
-        None, description="fattree: ecmp (per-flow hash onto one spine) or adaptive (ideal spraying) (default ecmp)")
+        None, description="fattree: ecmp (per-flow hash onto one spine) or adaptive (ideal spraying) (default ecmp)"
+    )
 
     @field_validator("axes", mode="before")
     @classmethod
@@ -231,12 +253,17 @@ class ClusterSection(_Section):
     def _topology_fits(self) -> ClusterSection:
         t = self.topology
         if t.axes is not None and math.prod(t.axes) != self.num_gpus:
-            raise _FieldError("topology.axes", (
-                f"{' x '.join(map(str, t.axes))} = {math.prod(t.axes)} GPUs != {self.num_gpus} "
-                f"(cluster.nodes {self.nodes} x cluster.gpus_per_node {self.gpus_per_node})"))
+            raise _FieldError(
+                "topology.axes",
+                (
+                    f"{' x '.join(map(str, t.axes))} = {math.prod(t.axes)} GPUs != {self.num_gpus} "
+                    f"(cluster.nodes {self.nodes} x cluster.gpus_per_node {self.gpus_per_node})"
+                ),
+            )
         if t.kind == "dgx" and self.nodes != 1:
-            raise _FieldError("nodes", f"{self.nodes}: topology kind 'dgx' is one node; "
-                              "use kind 'fattree' to join several")
+            raise _FieldError(
+                "nodes", f"{self.nodes}: topology kind 'dgx' is one node; use kind 'fattree' to join several"
+            )
         return self
 
     @property
@@ -260,8 +287,10 @@ class MoESection(_Section):
     num_experts: int = Field(alias="experts", gt=0, description="routed experts per MoE layer")
     top_k: int = Field(gt=0, description="routed experts each token goes to (<= experts)")
     capacity_factor: Annotated[float, Field(gt=0), AfterValidator(_finite)] | None = Field(
-        None, description="expert buffer = ceil(factor x tokens x top_k / experts) rows, tokens past it "
-                          "are dropped; null (default): no dropping")
+        None,
+        description="expert buffer = ceil(factor x tokens x top_k / experts) rows, tokens past it "
+        "are dropped; null (default): no dropping",
+    )
     every: int = Field(1, gt=0, description="MoE in every n-th layer: layers i with i % every == every - 1")
     first_dense: int = Field(0, ge=0, description="this many first layers stay dense (DeepSeek-V3: 3)")
     expert_ffn: int = Field(gt=0, description="each expert's MLP width (default model.ffn)")
@@ -270,8 +299,11 @@ class MoESection(_Section):
     @model_validator(mode="after")
     def _top_k_fits(self) -> MoESection:
         if self.top_k > self.num_experts:
-            raise _FieldError("top_k", f"{self.top_k} > model.moe.experts ({self.num_experts}): a token cannot go "
-                              "to more experts than there are")
+            raise _FieldError(
+                "top_k",
+                f"{self.top_k} > model.moe.experts ({self.num_experts}): a token cannot go "
+                "to more experts than there are",
+            )
         return self
 
     @property
@@ -341,9 +373,13 @@ class ModelSection(_Section):
         moe = self.moe
         if moe is not None and not moe.spec.num_moe_layers(self.layers):
             knob = "first_dense" if moe.first_dense >= self.layers else "every"
-            raise _FieldError(f"moe.{knob}", (
-                f"no MoE layer among model.layers ({self.layers}): layer i is MoE when i >= model.moe.first_dense "
-                f"({moe.first_dense}) and i % model.moe.every ({moe.every}) == {moe.every - 1}"))
+            raise _FieldError(
+                f"moe.{knob}",
+                (
+                    f"no MoE layer among model.layers ({self.layers}): layer i is MoE when i >= model.moe.first_dense "
+                    f"({moe.first_dense}) and i % model.moe.every ({moe.every}) == {moe.every - 1}"
+                ),
+            )
         return self
 
     @property
@@ -359,8 +395,11 @@ class TrainingSection(_Section):
     global_batch: int = Field(gt=0, description="sequences per optimizer step")
     micro_batch: int = Field(gt=0, description="sequences per microbatch")
     dtype: Dtype = "bf16"
-    recompute: Recompute = Field("none", description="activation recomputation: none, selective (attention "
-                                                     "core, Korthikanti et al.), full (whole layer)")
+    recompute: Recompute = Field(
+        "none",
+        description="activation recomputation: none, selective (attention "
+        "core, Korthikanti et al.), full (whole layer)",
+    )
 
     @property
     def dtype_bytes(self) -> int:
@@ -370,19 +409,31 @@ class TrainingSection(_Section):
 class ParallelSection(_Section):
     pp: int = Field(1, gt=0, description="pipeline-parallel stages")
     tp: int = Field(1, gt=0, description="tensor-parallel ranks (Megatron column/row split)")
-    sequence_parallel: bool = Field(False, description="split layernorm/dropout regions along the sequence: "
-                                                       "all-reduces become reduce-scatter + all-gather")
+    sequence_parallel: bool = Field(
+        False,
+        description="split layernorm/dropout regions along the sequence: "
+        "all-reduces become reduce-scatter + all-gather",
+    )
     dp: int = Field(1, gt=0, description="data-parallel replicas")
     virtual: int = Field(1, gt=0, description="virtual pipeline chunks per rank (interleaved schedule)")
-    zero: int = Field(0, ge=0, le=3, description="ZeRO stage: 0 plain data parallel, 1 optimizer state, "
-                                                 "2 + gradients, 3 + weights sharded over dp")
+    zero: int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp",
+    )
     bucket: Bytes = Field(25 * 2**20, description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default)")
     order: list[Literal["dp", "pp", "tp"]] = Field(
-        ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)")
-    ep: int = Field(1, gt=0, description="expert-parallel degree: each MoE layer's experts are spread over ep "
-                                         "ranks carved out of the data-parallel group (ep divides dp and "
-                                         "model.moe.experts); each tensor-parallel rank holds its experts whole and routes "
-                                         "1/tp of the tokens")
+        ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)"
+    )
+    ep: int = Field(
+        1,
+        gt=0,
+        description="expert-parallel degree: each MoE layer's experts are spread over ep "
+        "ranks carved out of the data-parallel group (ep divides dp and "
+        "model.moe.experts); each tensor-parallel rank holds its experts whole and routes "
+        "1/tp of the tokens",
+    )
 
     @field_validator("order")
     @classmethod
@@ -414,15 +465,20 @@ class NumericsSection(_Section):
     dtype: NumericsDtype = "float64"
     optimizer: OptimizerName = "adam"
     lr: float = Field(1e-3, gt=0)
-    hot_expert_bias: float = Field(0.0, ge=0, allow_inf_nan=False, description=(
-        "added to expert 0's routing score when choosing experts (not to its weight): a skewed "
-        "router whose expert 0 is hot; MoE models only"))
+    hot_expert_bias: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "added to expert 0's routing score when choosing experts (not to its weight): a skewed "
+            "router whose expert 0 is hot; MoE models only"
+        ),
+    )
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> NumericsSection:
         if self.hidden % self.heads:
-            raise _FieldError(
-                "heads", f"{self.heads} does not divide numerics.hidden ({self.hidden})")
+            raise _FieldError("heads", f"{self.heads} does not divide numerics.hidden ({self.hidden})")
         return self
 
 
@@ -446,8 +502,7 @@ class Scenario(_Section):
     @classmethod
     def _name_is_a_folder_name(cls, value: str) -> str:
         if not re.match(NAME_PATTERN, value):
-            raise ValueError(
-                f"'{value}' is not a valid name: use only letters, digits, '_', '.', '-'")
+            raise ValueError(f"'{value}' is not a valid name: use only letters, digits, '_', '.', '-'")
         return value
 
     @model_validator(mode="after")
@@ -456,48 +511,79 @@ class Scenario(_Section):
         if m.layers % p.pp:
             raise _FieldError("parallel.pp", f"{p.pp} does not divide model.layers ({m.layers})")
         if p.virtual > 1 and self.schedule != "interleaved":
-            raise _FieldError("parallel.virtual", (
-                f"{p.virtual} chunks per rank needs schedule 'interleaved' (got '{self.schedule}', "
-                "which runs one stage per rank)"))
+            raise _FieldError(
+                "parallel.virtual",
+                (
+                    f"{p.virtual} chunks per rank needs schedule 'interleaved' (got '{self.schedule}', "
+                    "which runs one stage per rank)"
+                ),
+            )
         if m.layers % p.num_stages:
-            raise _FieldError("parallel.virtual", (
-                f"parallel.pp ({p.pp}) x parallel.virtual ({p.virtual}) = {p.num_stages} stages "
-                f"does not divide model.layers ({m.layers})"))
+            raise _FieldError(
+                "parallel.virtual",
+                (
+                    f"parallel.pp ({p.pp}) x parallel.virtual ({p.virtual}) = {p.num_stages} stages "
+                    f"does not divide model.layers ({m.layers})"
+                ),
+            )
         if m.heads % p.tp:
             raise _FieldError("parallel.tp", f"{p.tp} does not divide model.heads ({m.heads})")
         if m.ffn % p.tp:
             raise _FieldError("parallel.tp", f"{p.tp} does not divide model.ffn ({m.ffn})")
         self._check_expert_parallel()
         if p.world_size != c.num_gpus:
-            raise _FieldError("parallel", (
-                f"pp({p.pp}) x tp({p.tp}) x dp({p.dp}) = {p.world_size} != {c.num_gpus} GPUs "
-                f"(cluster.nodes {c.nodes} x cluster.gpus_per_node {c.gpus_per_node})"))
+            raise _FieldError(
+                "parallel",
+                (
+                    f"pp({p.pp}) x tp({p.tp}) x dp({p.dp}) = {p.world_size} != {c.num_gpus} GPUs "
+                    f"(cluster.nodes {c.nodes} x cluster.gpus_per_node {c.gpus_per_node})"
+                ),
+            )
         per_step = t.micro_batch * p.dp
         if t.global_batch < per_step:
-            raise _FieldError("training.global_batch", (
-                f"{t.global_batch} < training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})"
-                f" = {per_step}: less than one microbatch per data-parallel replica"))
+            raise _FieldError(
+                "training.global_batch",
+                (
+                    f"{t.global_batch} < training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})"
+                    f" = {per_step}: less than one microbatch per data-parallel replica"
+                ),
+            )
         if t.global_batch % per_step:
-            raise _FieldError("training.global_batch", (
-                f"{t.global_batch} is not divisible by training.micro_batch ({t.micro_batch})"
-                f" x parallel.dp ({p.dp}) = {per_step}"))
+            raise _FieldError(
+                "training.global_batch",
+                (
+                    f"{t.global_batch} is not divisible by training.micro_batch ({t.micro_batch})"
+                    f" x parallel.dp ({p.dp}) = {per_step}"
+                ),
+            )
         if p.virtual > 1 and self.num_microbatches % p.pp:
-            raise _FieldError("training.global_batch", (
-                f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
-                f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
-                f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"))
+            raise _FieldError(
+                "training.global_batch",
+                (
+                    f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
+                    f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
+                    f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"
+                ),
+            )
         n = self.numerics
         if n.enabled and p.tp > 1:  # the shadow model is sharded like the real one (ffn = 4 x hidden)
             for knob, size in (("heads", n.heads), ("vocab", n.vocab)):
                 if size % p.tp:
-                    raise _FieldError(f"numerics.{knob}", f"{size} is not divisible by parallel.tp ({p.tp}): the "
-                                      "shadow model is sharded the same way as the real one")
+                    raise _FieldError(
+                        f"numerics.{knob}",
+                        f"{size} is not divisible by parallel.tp ({p.tp}): the "
+                        "shadow model is sharded the same way as the real one",
+                    )
             if p.sequence_parallel and n.seq_len % p.tp:
-                raise _FieldError("numerics.seq_len", f"{n.seq_len} is not divisible by parallel.tp ({p.tp}): "
-                                  "sequence parallelism splits the shadow model's sequence too")
+                raise _FieldError(
+                    "numerics.seq_len",
+                    f"{n.seq_len} is not divisible by parallel.tp ({p.tp}): "
+                    "sequence parallelism splits the shadow model's sequence too",
+                )
         if p.sequence_parallel and p.tp == 1:
-            raise _FieldError("parallel.sequence_parallel", "needs parallel.tp > 1 (it splits the tensor-parallel "
-                              "group's sequence)")
+            raise _FieldError(
+                "parallel.sequence_parallel", "needs parallel.tp > 1 (it splits the tensor-parallel group's sequence)"
+            )
         return self
 
     def _check_expert_parallel(self) -> None:
@@ -520,26 +606,44 @@ class Scenario(_Section):
         if m.moe.num_experts % p.ep:
             raise _FieldError("parallel.ep", f"{p.ep} does not divide model.moe.experts ({m.moe.num_experts})")
         if p.dp % p.ep:
-            raise _FieldError("parallel.ep", (
-                f"{p.ep} does not divide parallel.dp ({p.dp}): expert-parallel groups are carved out of the "
-                "data-parallel group"))
+            raise _FieldError(
+                "parallel.ep",
+                (
+                    f"{p.ep} does not divide parallel.dp ({p.dp}): expert-parallel groups are carved out of the "
+                    "data-parallel group"
+                ),
+            )
         t, n = self.training, self.numerics
         if (t.micro_batch * self.model_spec.seq_len) % p.tp:
-            raise _FieldError("parallel.tp", (
-                f"{p.tp} does not divide training.micro_batch ({t.micro_batch}) x model.seq_len "
-                f"({self.model_spec.seq_len}) = {t.micro_batch * self.model_spec.seq_len} tokens: each "
-                "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts"))
+            raise _FieldError(
+                "parallel.tp",
+                (
+                    f"{p.tp} does not divide training.micro_batch ({t.micro_batch}) x model.seq_len "
+                    f"({self.model_spec.seq_len}) = {t.micro_batch * self.model_spec.seq_len} tokens: each "
+                    "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts"
+                ),
+            )
         if p.ep > 1 and p.zero == 3:
-            raise _FieldError("parallel.zero", "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
-                              "expert weights among the ranks holding them); use zero 0, 1 or 2")
+            raise _FieldError(
+                "parallel.zero",
+                "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
+                "expert weights among the ranks holding them); use zero 0, 1 or 2",
+            )
         if n.enabled and (n.micro_batch * n.seq_len) % p.tp:
-            raise _FieldError("numerics.seq_len", (
-                f"{n.seq_len} x numerics.micro_batch ({n.micro_batch}) = {n.micro_batch * n.seq_len} tokens is "
-                f"not divisible by parallel.tp ({p.tp}): each tensor-parallel rank of the shadow model routes "
-                "1/tp of a microbatch's tokens"))
+            raise _FieldError(
+                "numerics.seq_len",
+                (
+                    f"{n.seq_len} x numerics.micro_batch ({n.micro_batch}) = {n.micro_batch * n.seq_len} tokens is "
+                    f"not divisible by parallel.tp ({p.tp}): each tensor-parallel rank of the shadow model routes "
+                    "1/tp of a microbatch's tokens"
+                ),
+            )
         if n.enabled and m.moe.shared_experts > 1:  # what the shadow model's experts can do so far
-            raise _FieldError("numerics.enabled", "the shadow model's experts do not support more than one shared "
-                              "expert yet: set numerics.enabled: false (the MoE layers are still timed)")
+            raise _FieldError(
+                "numerics.enabled",
+                "the shadow model's experts do not support more than one shared "
+                "expert yet: set numerics.enabled: false (the MoE layers are still timed)",
+            )
 
     @property
     def num_gpus(self) -> int:

@@ -21,9 +21,7 @@ _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0
 _BYTE_PREFIXES = {**{k: v for k, v in _DECIMAL.items() if k != "E"}, **_BINARY}
 _BITS_PER_BYTE = 8.0
 # Divisors, not multipliers: 500 / 1e9 is exactly the double nearest 5e-7; 500 * 1e-9 is not.
-_PER_SECOND = {
-    "s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9, "ps": 1e12,
-}
+_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9, "ps": 1e12}
 
 _PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|[kKMGTP]?)"
 _BYTES_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb]?)$")

@@ -153,8 +153,9 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
         verts[phase].extend(_box(x0, x1, y, h, pixel) for x0, x1 in runs)
     for phase, (colour, alpha) in styles.items():
         edge = "none" if phase in ("SEND", "RECV") or edge_lw == 0.0 else "#222222"
-        ax.add_collection(PolyCollection(verts[phase], facecolors=colour, edgecolors=edge,
-                                         linewidths=edge_lw, alpha=alpha, zorder=2))
+        ax.add_collection(
+            PolyCollection(verts[phase], facecolors=colour, edgecolors=edge, linewidths=edge_lw, alpha=alpha, zorder=2)
+        )
 
     _label_microbatches(ax, log, lane_of, scale, x_max, pt_per_unit)
     ax.set_xlim(0.0, x_max)
@@ -169,11 +170,17 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
     ax.set_axisbelow(True)
     ax.set_xlabel(f"time ({unit})")
     ax.set_title(f"{title}    makespan {makespan * scale:.4g} {unit}", fontsize=11)
-    handles = [Patch(facecolor=c, alpha=a, edgecolor="#222222", linewidth=0.4, label=p)
-               for p, (c, a) in styles.items()]
+    handles = [Patch(facecolor=c, alpha=a, edgecolor="#222222", linewidth=0.4, label=p) for p, (c, a) in styles.items()]
     if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=9,
-                  frameon=False, title="phase", title_fontsize=9)
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(1.005, 1.0),
+            fontsize=9,
+            frameon=False,
+            title="phase",
+            title_fontsize=9,
+        )
     if not log.spans:
         ax.text(0.5, 0.5, "no spans recorded", transform=ax.transAxes, ha="center", va="center")
     fig.savefig(path, format="png", metadata={"Software": None})
@@ -190,8 +197,11 @@ def _edge_width(log: EventLog, ax, x_span_s: float) -> float:
 
 def _label_microbatches(ax, log: EventLog, lane_of, scale: float, x_max: float, pt_per_unit: float) -> None:
     """Write the microbatch number inside F/B boxes wide enough to hold it (at most MAX_TEXT_LABELS)."""
-    boxes = [s for s in log.spans if s.phase in LABELLED_PHASES and s.microbatch is not None
-             and (s.rank, s.stream) in lane_of]  # only the drawn lanes
+    boxes = [
+        s
+        for s in log.spans
+        if s.phase in LABELLED_PHASES and s.microbatch is not None and (s.rank, s.stream) in lane_of
+    ]  # only the drawn lanes
     if not boxes or len(boxes) > MAX_TEXT_LABELS:
         return
     axes_w_pt = ax.get_position().width * FIG_W_IN * 72.0
@@ -206,5 +216,4 @@ def _label_microbatches(ax, log: EventLog, lane_of, scale: float, x_max: float, 
     font_pt = round(min(8.0, max(5.5, fits[len(fits) // 2])) * 2) / 2  # one size for the whole chart
     for x, y, text, fit_pt in placed:
         if fit_pt >= font_pt:
-            ax.text(x, y, text, ha="center", va="center", fontsize=font_pt, color="white", zorder=3,
-                    clip_on=True)
+            ax.text(x, y, text, ha="center", va="center", fontsize=font_pt, color="white", zorder=3, clip_on=True)

@@ -9,13 +9,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless; no pyplot global state
 
-import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from clustersim.sim.results.links import hottest_links, utilisation_matrix  # noqa: E402
 from clustersim.sim.network.records import LinkStats  # noqa: E402
+from clustersim.sim.results.links import hottest_links, utilisation_matrix  # noqa: E402
 from clustersim.sim.views.topology import draw_topology_on  # noqa: E402
+
 
 def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, graph=None) -> None:
     """Heatmap (hottest links x time) of utilisation above the topology coloured by load (when
@@ -30,10 +30,18 @@ def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, gr
     if len(links) and step_s > 0:
         matrix = utilisation_matrix(stats, links, step_s)
         unit, scale = (("ms", 1e3) if step_s < 1 else ("s", 1.0)) if step_s >= 1e-3 else ("us", 1e6)
-        image = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="inferno", vmin=0.0, vmax=1.0,
-                          extent=(0.0, step_s * scale, len(links) - 0.5, -0.5))
-        ax.set_yticks(range(len(links)), [f"{stats.names[l]} ({100 * stats.utilisation[l]:.0f}%)" for l in links],
-                      fontsize=7)
+        image = ax.imshow(
+            matrix,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="inferno",
+            vmin=0.0,
+            vmax=1.0,
+            extent=(0.0, step_s * scale, len(links) - 0.5, -0.5),
+        )
+        ax.set_yticks(
+            range(len(links)), [f"{stats.names[l]} ({100 * stats.utilisation[l]:.0f}%)" for l in links], fontsize=7
+        )
         ax.set_xlabel(f"time ({unit})")
         fig.colorbar(image, ax=ax, label="utilisation")
     else:
@@ -41,6 +49,7 @@ def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, gr
     ax.set_title(title, fontsize=10)
     if graph is not None:
         load = {link: float(u) for link, u in enumerate(stats.utilisation)}
-        draw_topology_on(fig, fig.add_subplot(grid[1]), graph, "topology, links coloured by utilisation over the step",
-                         load)
+        draw_topology_on(
+            fig, fig.add_subplot(grid[1]), graph, "topology, links coloured by utilisation over the step", load
+        )
     fig.savefig(path, metadata={"Software": None})

@@ -20,8 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from clustersim.sim.views.gantt import time_unit  # noqa: E402
 from clustersim.sim.cost.memory import CATEGORIES, MemoryTimeline, RankMemory  # noqa: E402
+from clustersim.sim.views.gantt import time_unit  # noqa: E402
 
 GIB = 2.0**30
 WORST_RANKS = 4
@@ -67,8 +67,14 @@ def plot_memory(timeline: MemoryTimeline, capacity_bytes: float | None, path: st
         ax.add_collection(LineCollection(others, colors="#aaaaaa", linewidths=0.7, zorder=2))
     for r in worst:
         xy = _steps(r.times_s * scale, r.total / GIB)
-        ax.plot(xy[:, 0], xy[:, 1], color=coloured[r.rank], linewidth=1.4, zorder=3,
-                label=f"rank {r.rank} (peak {r.peaks['total'] / GIB:.2f} GiB)")
+        ax.plot(
+            xy[:, 0],
+            xy[:, 1],
+            color=coloured[r.rank],
+            linewidth=1.4,
+            zorder=3,
+            label=f"rank {r.rank} (peak {r.peaks['total'] / GIB:.2f} GiB)",
+        )
     if others:
         ax.plot([], [], color="#aaaaaa", linewidth=0.7, label=f"other {len(others)} ranks")
     _capacity(ax, capacity_bytes, label=True)
@@ -81,18 +87,33 @@ def plot_memory(timeline: MemoryTimeline, capacity_bytes: float | None, path: st
 
     for i, r in enumerate(worst):
         sub = fig.add_subplot(grid[1 + i], sharex=ax)
-        sub.stackplot(r.times_s * scale, *(r.bytes[:, j] / GIB for j in range(len(CATEGORIES))),
-                      step="post", colors=[CATEGORY_COLOURS[c] for c in CATEGORIES], labels=CATEGORIES,
-                      linewidth=0.0, zorder=2)
+        sub.stackplot(
+            r.times_s * scale,
+            *(r.bytes[:, j] / GIB for j in range(len(CATEGORIES))),
+            step="post",
+            colors=[CATEGORY_COLOURS[c] for c in CATEGORIES],
+            labels=CATEGORIES,
+            linewidth=0.0,
+            zorder=2,
+        )
         _capacity(sub, capacity_bytes, label=False)
         sub.set_ylim(0.0, y_max)
         sub.set_ylabel("GiB")
-        sub.set_title(f"rank {r.rank}: peak {r.peaks['total'] / GIB:.2f} GiB at "
-                      f"{r.peak_time_s * scale:.4g} {unit}", fontsize=9, loc="left")
+        sub.set_title(
+            f"rank {r.rank}: peak {r.peaks['total'] / GIB:.2f} GiB at {r.peak_time_s * scale:.4g} {unit}",
+            fontsize=9,
+            loc="left",
+        )
         sub.grid(color="#e6e6e6", linewidth=0.6, zorder=0)
         if i == 0:
-            sub.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
-                       title="category", title_fontsize=8)
+            sub.legend(
+                loc="upper left",
+                bbox_to_anchor=(1.005, 1.0),
+                fontsize=8,
+                frameon=False,
+                title="category",
+                title_fontsize=8,
+            )
     fig.axes[-1].set_xlabel(f"time ({unit})")
     if not timeline.ranks:
         ax.text(0.5, 0.5, "no ranks", transform=ax.transAxes, ha="center", va="center")
@@ -101,5 +122,9 @@ def plot_memory(timeline: MemoryTimeline, capacity_bytes: float | None, path: st
 
 def _capacity(ax, capacity_bytes: float | None, label: bool) -> None:
     if capacity_bytes is not None:
-        ax.axhline(capacity_bytes / GIB, zorder=4, **CAPACITY_STYLE,
-                   label=f"GPU memory {capacity_bytes / GIB:.1f} GiB" if label else None)
+        ax.axhline(
+            capacity_bytes / GIB,
+            zorder=4,
+            **CAPACITY_STYLE,
+            label=f"GPU memory {capacity_bytes / GIB:.1f} GiB" if label else None,
+        )

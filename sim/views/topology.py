@@ -31,10 +31,26 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from clustersim.topologies.schema import AXES, GPU_INDEX, KIND, NODE_KINDS, WRAP  # noqa: E402
 
-KIND_COLOURS = {"gpu": "#3b6fb6", "nvswitch": "#3f9b57", "switch": "#3f9b57", "nic": "#d9954a",
-                "leaf": "#8c6bb1", "spine": "#c0504d", "core": "#7f7f7f", "router": "#17becf"}
-KIND_LEVEL = {"nvswitch": -1.0, "gpu": 0.0, "switch": 1.5, "nic": 1.0, "leaf": 2.5, "spine": 4.0, "core": 5.5,
-              "router": 4.0}
+KIND_COLOURS = {
+    "gpu": "#3b6fb6",
+    "nvswitch": "#3f9b57",
+    "switch": "#3f9b57",
+    "nic": "#d9954a",
+    "leaf": "#8c6bb1",
+    "spine": "#c0504d",
+    "core": "#7f7f7f",
+    "router": "#17becf",
+}
+KIND_LEVEL = {
+    "nvswitch": -1.0,
+    "gpu": 0.0,
+    "switch": 1.5,
+    "nic": 1.0,
+    "leaf": 2.5,
+    "spine": 4.0,
+    "core": 5.5,
+    "router": 4.0,
+}
 LOAD_CMAP = "plasma"
 DPI = 120
 MAX_LABELLED_GPUS = 32
@@ -64,8 +80,7 @@ def _grid_layout(graph, axes: tuple[int, ...], wrap: bool) -> dict:
 
 def _layered_layout(graph) -> dict:
     gpus = sorted((d[GPU_INDEX], n) for n, d in graph.nodes(data=True) if d[KIND] == "gpu")
-    node_of = {n: next((m for m in graph.successors(n) if graph.nodes[m][KIND] == "nvswitch"), None)
-               for _, n in gpus}
+    node_of = {n: next((m for m in graph.successors(n) if graph.nodes[m][KIND] == "nvswitch"), None) for _, n in gpus}
     pos, x, previous = {}, 0.0, None
     for _, n in gpus:  # a gap wherever the NVSwitch (the node) changes
         if previous is not None and node_of[n] != node_of[previous]:
@@ -149,8 +164,16 @@ def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None 
         else:
             colours = [cmap(norm(min(max(load, 0.0), 1.0))) for _, _, load, _ in chosen]
         width = 1.6 if link_load is not None else 0.8
-        ax.add_collection(LineCollection(segments, colors=colours, linewidths=width, zorder=1,
-                                         linestyles="--" if wraps else "-", alpha=0.6 if wraps else 0.9))
+        ax.add_collection(
+            LineCollection(
+                segments,
+                colors=colours,
+                linewidths=width,
+                zorder=1,
+                linestyles="--" if wraps else "-",
+                alpha=0.6 if wraps else 0.9,
+            )
+        )
     size = max(6.0, 120.0 / math.sqrt(max(graph.number_of_nodes(), 1)))
     handles = []
     for kind in NODE_KINDS:
@@ -158,19 +181,39 @@ def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None 
         if not nodes:
             continue
         xy = np.array([pos[n] for n in nodes])
-        ax.scatter(xy[:, 0], xy[:, 1], s=size ** 2 / 4, c=KIND_COLOURS.get(kind, "#000000"), zorder=2,
-                   edgecolors="white", linewidths=0.4)
-        handles.append(Line2D([], [], marker="o", linestyle="", color=KIND_COLOURS.get(kind, "#000000"),
-                              label=f"{kind} ({len(nodes)})"))
+        ax.scatter(
+            xy[:, 0],
+            xy[:, 1],
+            s=size**2 / 4,
+            c=KIND_COLOURS.get(kind, "#000000"),
+            zorder=2,
+            edgecolors="white",
+            linewidths=0.4,
+        )
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                linestyle="",
+                color=KIND_COLOURS.get(kind, "#000000"),
+                label=f"{kind} ({len(nodes)})",
+            )
+        )
     if num_gpus <= MAX_LABELLED_GPUS:
         for n, d in graph.nodes(data=True):
             if d[KIND] == "gpu":
-                ax.annotate(str(d[GPU_INDEX]), pos[n], fontsize=6, ha="center", va="center", color="white",
-                            zorder=3)
+                ax.annotate(str(d[GPU_INDEX]), pos[n], fontsize=6, ha="center", va="center", color="white", zorder=3)
     if link_load is not None:
         fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="link utilisation (max of both directions)")
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0) if link_load is None else (0.0, -0.02),
-              fontsize=8, frameon=False, ncol=1 if link_load is None else len(handles))
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0) if link_load is None else (0.0, -0.02),
+        fontsize=8,
+        frameon=False,
+        ncol=1 if link_load is None else len(handles),
+    )
     ax.set_title(title, fontsize=10)
     if AXES in graph.graph:  # grids keep their shape; layered fabrics use the whole width
         ax.set_aspect("equal", adjustable="datalim")

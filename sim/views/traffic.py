@@ -15,8 +15,8 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from clustersim.sim.results.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes  # noqa: E402
 from clustersim.sim.engine.records import EventLog  # noqa: E402
+from clustersim.sim.results.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes  # noqa: E402
 
 GB = 1e9  # bytes
 MAX_CELLS = 512  # per side: more GPUs than this are drawn in blocks (a figure has fewer pixels anyway)
@@ -71,6 +71,5 @@ def plot_traffic(log: EventLog, num_gpus: int, path: str | Path, name: str) -> N
         ax.set_title(f"{title}: {total / GB:.3f} GB", fontsize=10)
     if image is not None:
         fig.colorbar(image, ax=list(axes), label="bytes sent (GB, log scale)")
-    fig.suptitle(f"{name}: bytes GPU -> GPU over the step, {float(panels[0][1].sum()) / GB:.3f} GB in all",
-                 fontsize=11)
+    fig.suptitle(f"{name}: bytes GPU -> GPU over the step, {float(panels[0][1].sum()) / GB:.3f} GB in all", fontsize=11)
     fig.savefig(path, metadata={"Software": None})
