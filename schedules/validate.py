@@ -202,7 +202,7 @@ def _check_collectives(program: Program) -> None:
                 if rank not in op.group:
                     raise ProgramError(f"{_where(rank, i, op)}: rank {rank} is not in its group {list(op.group)}")
                 seen[op.tag][rank] = (i, op)
-    for tag, members in seen.items():
+    for members in seen.values():
         first_rank, (_, first) = next(iter(members.items()))
         for rank in program.members(first):
             if rank not in members:

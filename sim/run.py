@@ -437,11 +437,11 @@ def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
     stats = log.links
     return [
         {
-            "link": stats.names[l],
-            "bytes": float(stats.bytes[l]),
-            "busy_s": float(stats.busy_s[l]),
-            "utilisation": float(stats.utilisation[l]),
-            "peak_flows": int(stats.peak_flows[l]),
+            "link": stats.names[link],
+            "bytes": float(stats.bytes[link]),
+            "busy_s": float(stats.busy_s[link]),
+            "utilisation": float(stats.utilisation[link]),
+            "peak_flows": int(stats.peak_flows[link]),
         }
-        for l in hottest_links(stats, count).tolist()
+        for link in hottest_links(stats, count).tolist()
     ]

@@ -69,7 +69,7 @@ class ShortestPathRouter:
             per_dst = [[self._links[e] for e in zip(p[:-1], p[1:])] for p in (paths[node] for node in self._gpus)]
             ptr = np.zeros(len(per_dst) + 1, dtype=np.int64)
             np.cumsum([len(p) for p in per_dst], out=ptr[1:])
-            self._from[s] = (ptr, np.fromiter((l for p in per_dst for l in p), np.int64, int(ptr[-1])))
+            self._from[s] = (ptr, np.fromiter((link for p in per_dst for link in p), np.int64, int(ptr[-1])))
         return self._from[s]
 
     def route_many(self, src, dst) -> tuple[np.ndarray, np.ndarray]:

@@ -33,14 +33,14 @@ def all_reduce(plan: Plan) -> Iterator[Step]:
     num_nodes, per_node = len(nodes), sizes.pop()
     pieces = plan.pieces(plan.n)  # piece l*P + p: rail l's share p
     node_chunk = [
-        (slice(pieces[l * num_nodes][0].start, pieces[(l + 1) * num_nodes - 1][0].stop), plan.nbytes / per_node)
-        for l in range(per_node)
+        (slice(pieces[g * num_nodes][0].start, pieces[(g + 1) * num_nodes - 1][0].stop), plan.nbytes / per_node)
+        for g in range(per_node)
     ]
 
     intra = [list(node) for node in nodes]
     intra_pieces = [node_chunk] * num_nodes
-    rails = [[node[l] for node in nodes] for l in range(per_node)]
-    rail_pieces = [pieces[l * num_nodes : (l + 1) * num_nodes] for l in range(per_node)]
+    rails = [[node[g] for node in nodes] for g in range(per_node)]
+    rail_pieces = [pieces[g * num_nodes : (g + 1) * num_nodes] for g in range(per_node)]
 
     yield from ring_reduce_scatter(intra, intra_pieces)
     yield from ring_reduce_scatter(rails, rail_pieces)

@@ -160,7 +160,10 @@ def results(op: str, plan: Plan, work: list[np.ndarray], buffers: list) -> list[
 def reference(op: str, buffers: list, reduce_op: str = "sum", root: int = 0, counts=None) -> list:
     """numpy's answer for the same inputs (what every algorithm must reproduce)."""
     n = len(buffers)
-    reduced = lambda: REDUCE_OPS[reduce_op].reduce(np.stack([np.asarray(b) for b in buffers]), axis=0)
+
+    def reduced() -> np.ndarray:
+        return REDUCE_OPS[reduce_op].reduce(np.stack([np.asarray(b) for b in buffers]), axis=0)
+
     if op == "all_reduce":
         return [reduced()] * n
     if op == "reduce_scatter":

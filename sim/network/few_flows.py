@@ -88,11 +88,11 @@ class FewFlows:
 
     def loads(self, links: np.ndarray) -> np.ndarray:
         load = self._load
-        return np.array([load.get(l, 0.0) for l in links.tolist()])
+        return np.array([load.get(link, 0.0) for link in links.tolist()])
 
     def counts(self, links: np.ndarray) -> np.ndarray:
         count = self._count
-        return np.array([count.get(l, 0) for l in links.tolist()], dtype=np.int64)
+        return np.array([count.get(link, 0) for link in links.tolist()], dtype=np.int64)
 
     def component(self, seeds: list[int]) -> list[int]:
         """The flows connected to `seeds` through shared links (their rates are the only ones a
@@ -118,7 +118,7 @@ class FewFlows:
         """Max-min rates for the component of `seeds` (new flows) from scratch; the rest keep theirs."""
         refill = self.component(seeds)
         self._refill(refill, now)
-        self.touched = np.unique(np.array([l for fid in refill for l in self._flows[fid].links], dtype=np.int64))
+        self.touched = np.unique(np.array([link for fid in refill for link in self._flows[fid].links], dtype=np.int64))
 
     def finish(self, gone: list[int], now: float) -> None:
         """Remove flows `gone`; re-fill the flows whose rate may change (rates_that_survive)."""
@@ -138,7 +138,7 @@ class FewFlows:
                     on[link].pop(fid, None)
         refill = [fid for fid, flow in flows.items() if fid not in leaving and not flow.rate < floor]
         self._refill(refill, now)
-        touched.extend(l for fid in refill for l in flows[fid].links)
+        touched.extend(link for fid in refill for link in flows[fid].links)
         self.touched = np.unique(np.array(touched, dtype=np.int64))
 
     def _refill(self, refill: list[int], now: float) -> None:

@@ -102,7 +102,7 @@ class DataParallelNumerics:
         self.shard_optimizers: dict[tuple[int, int], object] = {}  # (rank, stage) -> optimizer of its chunks
         self.gathered: dict[tuple[int, str], np.ndarray] = {}  # ZeRO 3: (rank, consumer op) -> full weights
         if zero == 3:
-            for rank, d in self.replica_of.items():
+            for rank in self.replica_of:
                 for stage in self._stages_of(rank):
                     self._keep_only_own_chunks(rank, stage)
 

@@ -163,7 +163,7 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
     ax.set_yticks([y + h / 2 for _, _, y, h in lanes])
     ax.set_yticklabels([_lane_label(r, s) for r, s, _, _ in lanes], fontsize=tick_pt)
     ax.tick_params(axis="y", length=0)
-    for rank, stream, y, _ in lanes[1:]:
+    for _, stream, y, _ in lanes[1:]:
         if stream == COMPUTE_STREAM:  # separator between ranks
             ax.axhline(y - RANK_GAP / 2, color="#bbbbbb", linewidth=0.6, zorder=1)
     ax.grid(axis="x", color="#e6e6e6", linewidth=0.6, zorder=0)

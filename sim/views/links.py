@@ -40,7 +40,9 @@ def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, gr
             extent=(0.0, step_s * scale, len(links) - 0.5, -0.5),
         )
         ax.set_yticks(
-            range(len(links)), [f"{stats.names[l]} ({100 * stats.utilisation[l]:.0f}%)" for l in links], fontsize=7
+            range(len(links)),
+            [f"{stats.names[link]} ({100 * stats.utilisation[link]:.0f}%)" for link in links],
+            fontsize=7,
         )
         ax.set_xlabel(f"time ({unit})")
         fig.colorbar(image, ax=ax, label="utilisation")
