@@ -128,15 +128,13 @@ def test_a_wrong_shard_is_caught():
 
     original = data_parallel.DataParallelNumerics._chunk
 
-    def shifted(self, rank, lo, hi):
-        a, b = original(self, rank, lo, hi)
+    def shifted(self, rank, what, lo, hi):
+        a, b = original(self, rank, what, lo, hi)
         return (a + 1, b + 1) if b < hi else (a, b)
 
     data_parallel.DataParallelNumerics._chunk = shifted
     try:
-        with pytest.raises(Exception):
-            result = numerics_run(2, 1, 1, m=2)
-            assert result["max_rel_err"] < 1e-10
+        assert numerics_run(2, 1, 1, m=2)["max_rel_err"] > 1e-3
     finally:
         data_parallel.DataParallelNumerics._chunk = original
 

@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import pydantic
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -256,7 +257,7 @@ def test_rejects_sequence_parallel_without_tp():
 
 def test_scenario_is_frozen():
     s = load_scenario(QUICKSTART)
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         s.parallel.pp = 2  # type: ignore[misc]
 
 
