@@ -2,7 +2,8 @@
 
 Layout, top to bottom: rank 0 first; within a rank the compute lane (full height), then every other
 stream that has drawn spans (send, then the rest by name; thinner; receives are left out). Time runs
-left to right in us, ms or s, picked from the makespan. White space inside a compute lane is idle time: the pipeline bubble.
+left to right in us, ms or s, picked from the makespan. White space inside a compute lane is idle
+time: the pipeline bubble.
 
 Drawing uses one PolyCollection per phase (not one artist per span) so thousands of spans stay
 fast, and the PNG is byte-identical for the same log (no timestamp or version in its metadata).
