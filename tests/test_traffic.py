@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from clustersim.sim.cli import main
-from clustersim.sim.compare import step_breakdown
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.network.records import FlowSpan
 from clustersim.sim.report import OUTPUT_FILES, terminal_summary
+from clustersim.sim.results.breakdown import step_breakdown
 from clustersim.sim.results.metrics import alltoall_time_share, traffic_matrix_bytes
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
