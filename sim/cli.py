@@ -16,9 +16,9 @@ from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
 
 
 def _run(args: argparse.Namespace) -> int:
-    from clustersim.sim.cost.memory import capacity_message
     from clustersim.sim.progress import op_progress
     from clustersim.sim.report import output_files, terminal_summary, write_outputs
+    from clustersim.sim.results.memory import capacity_message
     from clustersim.sim.run import program_of, simulate
 
     scenario = load_scenario(args.scenario)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from clustersim.sim.cost.memory import capacity_message
+from clustersim.sim.results.memory import capacity_message
 from clustersim.sim.results.table import format_table
 from clustersim.sim.results.trace import MAX_SPAN_EVENTS, write_trace
 from clustersim.sim.run import RunResult

@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from clustersim.sim.cost.memory import CATEGORIES, MemoryTimeline, RankMemory
+from clustersim.sim.results.memory import CATEGORIES, MemoryTimeline, RankMemory
 from clustersim.sim.results.table import time_unit
 
 GIB = 2.0**30
