@@ -4,16 +4,16 @@ fewest microbatches their schedule allows (pp for interleaved, 1 otherwise), sam
 and layout. Production-size ones (more than 1,024 GPUs) are bench/scale.py's to run: here their
 program of representatives is built and validated."""
 
-from pathlib import Path
-
 import pytest
 
 from clustersim.sim.run import make_program, simulate, symmetry_of
 from clustersim.sim.scenario.loader import load_scenarios
 
+from repo import SCENARIOS as SCENARIOS_DIR
+
 BENCH_ONLY_GPUS = 1024  # above this a scenario is only built here
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted(SCENARIOS_DIR.glob("*.yaml"))
 
 
 def test_there_are_scenarios():

@@ -5,13 +5,13 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from clustersim.sim.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo import ROOT
+
 GOOD = (ROOT / "scenarios" / "quickstart.yaml").read_text()
 
 BAD_INPUTS = [

@@ -7,7 +7,6 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transfers import landing_times
 
 from clustersim.schedules.layout import Layout
 from clustersim.sim.collectives.run import step_pairs
@@ -16,6 +15,8 @@ from clustersim.sim.network.flows import ActiveFlows
 from clustersim.sim.network.network import Network
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.topologies.fattree import fat_tree
+
+from transfers import landing_times
 
 NODES, PER_NODE = 4, 4
 # leaf radix -> node shifts by multiples of this map the fat tree onto itself (whole leaf groups);

@@ -3,7 +3,6 @@ expert-parallel shards exchanging tokens by all_to_all vs the single-device refe
 
 import numpy as np
 import pytest
-from finite_differences import central_difference
 
 from clustersim.sim.collectives.ops import Pieces
 from clustersim.sim.numerics.moe import (
@@ -15,6 +14,8 @@ from clustersim.sim.numerics.moe import (
     route,
     traffic_matrix,
 )
+
+from finite_differences import central_difference
 
 NAME = "moe"
 HIDDEN, FFN, B, S = 8, 16, 2, 6
