@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from clustersim.sim.results.links import link_stats
 from clustersim.sim.results.memory import capacity_message
 from clustersim.sim.results.table import format_table
 from clustersim.sim.results.trace import MAX_SPAN_EVENTS, write_trace
@@ -75,7 +76,7 @@ def _write_plots(result: RunResult, tmp: Path) -> None:
         title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
     plot_gantt(result.log, tmp / "gantt.png", title, ranks)
     plot_links(
-        result.log.links,
+        link_stats(result.log),
         result.summary["step_time_s"],
         tmp / "links.png",
         f"{sc.name}: utilisation of the hottest links",

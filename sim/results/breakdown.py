@@ -32,7 +32,7 @@ from clustersim.sim.engine.records import EventLog
 
 # Priority when several kinds are active on an idle rank: the fixed five first, then the
 # remaining collective kinds in schedules.ir order (each kept separate).
-EXPOSED_KINDS = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather", "p2p")
+EXPOSED_KINDS: tuple[str, ...] = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather", "p2p")
 EXPOSED_KINDS += tuple(k for k in COLLECTIVE_KINDS if k not in EXPOSED_KINDS)
 P2P_PHASES = ("SEND", "RECV")
 

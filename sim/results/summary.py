@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results import metrics
-from clustersim.sim.results.links import hottest_links
+from clustersim.sim.results.links import hottest_links, link_stats
 from clustersim.sim.results.memory import MemoryTimeline, memory_peaks, ranks_over_capacity
 from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
 from clustersim.sim.scenario.schema import Scenario
@@ -22,6 +22,8 @@ def summarize(
     images = symmetry.images_per_rank if symmetry is not None else 1
     bubbles = expand(metrics.bubble_ratio_per_rank(log))
     peaks = expand(memory_peaks(memory))
+    if not isinstance(peaks, dict):  # expand keeps a dict by str(rank) one (it is annotated list | dict)
+        raise TypeError(f"memory peaks expanded to a {type(peaks).__name__}, not a dict by rank")
     return {
         "scenario_name": scenario.name,
         "step_time_s": metrics.step_time_s(log),
@@ -70,7 +72,7 @@ def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
 def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
     """The most utilised links: name, bytes, busy time, utilisation (bytes / (bandwidth x step)),
     peak concurrent flows."""
-    stats = log.links
+    stats = link_stats(log)
     return [
         {
             "link": stats.names[link],

@@ -18,6 +18,7 @@ The output is deterministic: events in a fixed order.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from clustersim.sim.engine.records import EventLog
@@ -39,7 +40,7 @@ def stream_tids(log: EventLog) -> dict[str, int]:
     return {name: tid for tid, name in enumerate(ordered, start=1)}
 
 
-def link_lanes(flows: tuple[FlowSpan, ...]) -> dict[tuple[int, int], int]:
+def link_lanes(flows: Iterable[FlowSpan]) -> dict[tuple[int, int], int]:
     """(flow index, link) -> lane on that link, packing flows greedily so one lane never overlaps."""
     per_link: dict[int, list[tuple[float, float, int]]] = {}
     for i, flow in enumerate(flows):
