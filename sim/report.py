@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from clustersim.sim.results.links import link_stats
@@ -36,10 +39,8 @@ def write_outputs(
     end, so a failure never leaves a half-written run folder behind. matplotlib is imported only
     when plots are drawn, so a batch run (plots off) never loads it.
     """
-    with output_folder(out_dir) as tmp:
+    with output_folder(out_dir) as tmp, _beside(partial(_write_plots, result, tmp) if plots else None):
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
-        if plots:
-            _write_plots(result, tmp)
         if trace:
             write_trace(
                 result.log,
@@ -49,6 +50,32 @@ def write_outputs(
         if program:
             (tmp / "program.txt").write_text(result.program.to_text() + "\n")
     return Path(out_dir)
+
+
+@contextmanager
+def _beside(work: Callable[[], None] | None) -> Iterator[None]:
+    """Run `work` in a forked child while the block runs, and wait for it at the end: the plots
+    draw on one core while the trace is written on the other (a fork shares the run's memory,
+    nothing is copied or pickled). A failed child fails the block; a failed block stops the child.
+    Without fork (Windows, macOS's default) or a second core, `work` runs here, first."""
+    if work is None:
+        yield
+        return
+    if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        work()
+        yield
+        return
+    child = multiprocessing.get_context("fork").Process(target=work, daemon=True)
+    child.start()
+    try:
+        yield
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"drawing the plots failed (exit code {child.exitcode}; the child's traceback is above)")
 
 
 def _gantt_ranks(result: RunResult) -> list[int] | None:
