@@ -13,8 +13,12 @@ that round-trips through `parse_op`:
     dp: ALL_REDUCE grads@1.b0 [1,5] 1048576B ring after B7@1
 
 A message's tag is (phase, microbatch, producer stage), so `SEND F3@1` on one rank matches
-`RECV F3@1` on its peer. A collective's tag names it on every member of its group (the ranks in
-brackets, in the group's order); its size means what it means in nccl-tests. Labels are unique within a rank; each op computes its label once, at construction.
+`RECV F3@1` on its peer. A collective's tag (schedules.tags) names it on every member of its group
+(the ranks in brackets, in the group's order); its size means what it means in nccl-tests. Labels
+are unique within a rank; each op computes its label once, at construction.
+
+Phases and kinds are string enums (`Phase`, `Comm`), so they print, compare and serialise as the
+letters they stand for.
 """
 
 from __future__ import annotations
@@ -22,13 +26,64 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, NamedTuple
 
-PHASES = ("F", "B", "OPT")
+from clustersim.schedules.tags import CollectiveTag, parse_tag
+
 COMPUTE_STREAM = "compute"
 SEND_STREAM = "send"
 RECV_STREAM = "recv"
 
-Tag = tuple[str, int, int]  # (phase "F"|"B", microbatch, producer stage)
+
+class Phase(StrEnum):
+    """What a compute op does for its stage (and microbatch)."""
+
+    F = "F"  # forward
+    B = "B"  # backward: the input gradient, and the weight gradient unless W is split off
+    W = "W"  # weight gradient alone (zero-bubble schedules split it off B)
+    R = "R"  # recompute of a forward's activations before its backward
+    OPT = "OPT"  # optimizer step
+
+
+PHASES = tuple(Phase)
+PIPELINE_PHASES = (Phase.F, Phase.B)  # the phases that carry microbatches between stages
+
+
+class MessageTag(NamedTuple):
+    """What a point-to-point message carries: the output of `phase` for `microbatch` on `stage`."""
+
+    phase: Phase
+    microbatch: int
+    stage: int
+
+    def __str__(self) -> str:
+        return f"{self.phase}{self.microbatch}@{self.stage}"
+
+
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+
+
+class Comm(StrEnum):
+    """A communication op's kind as its span's phase: SEND, RECV, or a collective kind in capitals."""
+
+    SEND = "SEND"
+    RECV = "RECV"
+    ALL_REDUCE = "ALL_REDUCE"
+    REDUCE_SCATTER = "REDUCE_SCATTER"
+    ALL_GATHER = "ALL_GATHER"
+    BROADCAST = "BROADCAST"
+    REDUCE = "REDUCE"
+    ALL_TO_ALL = "ALL_TO_ALL"
+
+    @staticmethod
+    def of(kind: str) -> Comm:
+        """The span phase of collective `kind` ("all_reduce" -> ALL_REDUCE)."""
+        return _COMM_OF_KIND[kind]
+
+
+_COMM_OF_KIND = {kind: Comm(kind.upper()) for kind in COLLECTIVE_KINDS}
+SpanPhase = Phase | Comm  # what an event span's phase is
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +95,7 @@ class Compute:
     order on one stream; the first waits for what the whole op waits for, and whoever uses the
     op's result waits for the last."""
 
-    phase: str
+    phase: Phase
     microbatch: int | None
     stage: int
     flops: float = 0.0
@@ -51,7 +106,7 @@ class Compute:
     label: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        label = f"OPT@{self.stage}" if self.phase == "OPT" else f"{self.phase}{self.microbatch}@{self.stage}"
+        label = f"OPT@{self.stage}" if self.phase == Phase.OPT else f"{self.phase}{self.microbatch}@{self.stage}"
         object.__setattr__(self, "label", label if self.part is None else f"{label}.{self.part}")
 
 
@@ -60,15 +115,17 @@ class _PointToPoint:
     """A message with `peer`, tagged `tag`, of `nbytes`; the subclass says which end it is."""
 
     peer: int
-    tag: Tag
+    tag: MessageTag
     nbytes: float
     stream: str
     deps: tuple[str, ...] = ()
     label: str = field(init=False, repr=False, compare=False)
-    KIND = ""
+    KIND: ClassVar[Comm]
 
     def __post_init__(self):
-        object.__setattr__(self, "label", f"{self.KIND} {_tag_text(self.tag)}")
+        if type(self.tag) is not MessageTag:  # a plain (phase, microbatch, stage) tuple
+            object.__setattr__(self, "tag", MessageTag(Phase(self.tag[0]), self.tag[1], self.tag[2]))
+        object.__setattr__(self, "label", f"{self.KIND} {self.tag}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +133,7 @@ class Send(_PointToPoint):
     """Point-to-point send of the tensor tagged `tag` to rank `peer` (eager: buffered at the peer)."""
 
     stream: str = SEND_STREAM
-    KIND = "SEND"
+    KIND: ClassVar[Comm] = Comm.SEND
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,27 +141,27 @@ class Recv(_PointToPoint):
     """Point-to-point receive of the tensor tagged `tag` from rank `peer`; done when it arrives."""
 
     stream: str = RECV_STREAM
-    KIND = "RECV"
-
-
-COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+    KIND: ClassVar[Comm] = Comm.RECV
 
 
 @dataclass(frozen=True, slots=True)
 class Collective:
-    """One rank's part in a collective over `group` (ranks); every member has the same tag."""
+    """One rank's part in a collective over `group` (ranks); every member has the same tag.
+    `comm`: its kind as a span's phase."""
 
     kind: str
-    tag: str
+    tag: CollectiveTag
     group: tuple[int, ...]
     nbytes: float
     algorithm: str = "auto"
     stream: str = "dp"
     deps: tuple[str, ...] = ()
     label: str = field(init=False, repr=False, compare=False)
+    comm: Comm = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "label", f"{self.kind.upper()} {self.tag}")
+        object.__setattr__(self, "comm", Comm.of(self.kind))
+        object.__setattr__(self, "label", f"{self.comm} {self.tag}")
 
 
 Op = Compute | Send | Recv | Collective
@@ -195,11 +252,6 @@ class Program:
         return "\n".join(lines)
 
 
-def _tag_text(tag: Tag) -> str:
-    phase, microbatch, stage = tag
-    return f"{phase}{microbatch}@{stage}"
-
-
 def _flops_text(flops: float) -> str:
     return f" {flops!r}FLOP" if flops else ""
 
@@ -218,13 +270,14 @@ def format_op(op: Op) -> str:
     return f"{op.stream}: {body}{after}"
 
 
-_TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
+_MICROBATCH_PHASES = "|".join(p for p in Phase if p != Phase.OPT)
+_TAG = rf"(?P<phase>{'|'.join(PIPELINE_PHASES)})(?P<mb>\d+)@(?P<stage>\d+)"
 _COMPUTE_RE = re.compile(
-    r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?:\.(?P<part>\d+))?"
+    rf"(?:(?P<phase>{_MICROBATCH_PHASES})(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?:\.(?P<part>\d+))?"
     r"(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$"
 )
 _COLLECTIVE_RE = re.compile(r"(?P<kind>[A-Z_]+) (?P<tag>\S+) \[(?P<group>[\d,]+)\] (?P<nbytes>\S+)B (?P<algo>\S+)$")
-_P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
+_P2P_RE = re.compile(rf"(?P<kind>{Comm.SEND}|{Comm.RECV}) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
 
 
 def parse_op(text: str) -> Op:
@@ -235,21 +288,25 @@ def parse_op(text: str) -> Op:
     body, _, after = rest.partition(" after ")
     deps = tuple(d.strip() for d in after.split(",")) if after else ()
     if m := _COMPUTE_RE.match(body):
-        phase = "OPT" if m["opt"] else m["phase"]
+        phase = Phase.OPT if m["opt"] else Phase(m["phase"])
         microbatch = None if m["opt"] else int(m["mb"])
         flops = float(m["flops"]) if m["flops"] else 0.0
         nbytes = float(m["nbytes"]) if m["nbytes"] else 0.0
         part = int(m["part"]) if m["part"] is not None else None
         return Compute(phase, microbatch, int(m["stage"]), flops, nbytes, stream, deps, part)
     if m := _P2P_RE.match(body):
-        tag = (m["phase"], int(m["mb"]), int(m["stage"]))
-        cls = Send if m["kind"] == "SEND" else Recv
+        message = MessageTag(Phase(m["phase"]), int(m["mb"]), int(m["stage"]))
+        cls = Send if m["kind"] == Comm.SEND else Recv
         if (cls is Send) != (m["dir"] == "->"):
             raise ValueError(f"op text {text!r}: SEND takes '->', RECV takes '<-'")
-        return cls(int(m["peer"]), tag, float(m["nbytes"]), stream, deps)
+        return cls(int(m["peer"]), message, float(m["nbytes"]), stream, deps)
     if (m := _COLLECTIVE_RE.match(body)) and m["kind"].lower() in COLLECTIVE_KINDS:
         group = tuple(int(r) for r in m["group"].split(","))
-        return Collective(m["kind"].lower(), m["tag"], group, float(m["nbytes"]), m["algo"], stream, deps)
+        try:
+            tag = parse_tag(m["tag"])
+        except ValueError as exc:
+            raise ValueError(f"op text {text!r}: {exc}") from None
+        return Collective(m["kind"].lower(), tag, group, float(m["nbytes"]), m["algo"], stream, deps)
     raise ValueError(f"op text {text!r}: not a compute, send, recv or collective op")
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from clustersim.schedules.ir import Collective, Compute, Op, Phase, Program, Recv, Send
+from clustersim.schedules.tags import CollectiveTag
 
 
 class ProgramError(ValueError):
@@ -70,7 +71,7 @@ def _check_structure(program: Program) -> None:
 
 
 def _check_coverage_and_order(program: Program) -> None:
-    found: dict[tuple[str, int | None, int], tuple[int, int]] = {}
+    found: dict[tuple[Phase, int | None, int], tuple[int, int]] = {}
     for rank in program.ranks:
         seen: dict[str, Op] = {}
         for i, op in enumerate(program.ops[rank]):
@@ -87,10 +88,10 @@ def _check_coverage_and_order(program: Program) -> None:
                     continue
             if op.microbatch is not None and not 0 <= op.microbatch < program.num_microbatches:
                 raise ProgramError(f"{_where(rank, i, op)}: microbatch outside 0..{program.num_microbatches - 1}")
-            if op.phase == "B" and ("F", op.microbatch, op.stage) not in found:
+            if op.phase == Phase.B and (Phase.F, op.microbatch, op.stage) not in found:
                 raise ProgramError(f"{_where(rank, i, op)}: backward before its forward")
-            if op.phase == "OPT":
-                missing = [mb for mb in range(program.num_microbatches) if ("B", mb, op.stage) not in found]
+            if op.phase == Phase.OPT:
+                missing = [mb for mb in range(program.num_microbatches) if (Phase.B, mb, op.stage) not in found]
                 if missing:
                     raise ProgramError(
                         f"{_where(rank, i, op)}: optimizer step before backward B{missing[0]}@{op.stage}"
@@ -98,9 +99,9 @@ def _check_coverage_and_order(program: Program) -> None:
             found[key] = (rank, i)
     for stage in range(program.num_stages):
         for phase, mbs in (
-            ("F", range(program.num_microbatches)),
-            ("B", range(program.num_microbatches)),
-            ("OPT", [None]),
+            (Phase.F, range(program.num_microbatches)),
+            (Phase.B, range(program.num_microbatches)),
+            (Phase.OPT, [None]),
         ):
             for mb in mbs:
                 if (phase, mb, stage) not in found:
@@ -133,9 +134,9 @@ def _check_chains(program: Program) -> None:
         index = {op.label: i for i, op in enumerate(ops)}
         ends = _ends(ops)
         for i, op in enumerate(ops):
-            if not isinstance(op, Compute) or op.phase == "OPT" or op.part:
+            if not isinstance(op, Compute) or op.phase == Phase.OPT or op.part:
                 continue
-            src = op.stage - 1 if op.phase == "F" else op.stage + 1
+            src = op.stage - 1 if op.phase == Phase.F else op.stage + 1
             if not 0 <= src < program.num_stages:
                 continue
             needed = f"{op.phase}{op.microbatch}@{src}"
@@ -145,7 +146,7 @@ def _check_chains(program: Program) -> None:
                 if not (same_stream_before or ends.get(needed, needed) in op.deps):
                     raise ProgramError(f"{_where(rank, i, op)}: runs before {needed}, whose output it consumes")
             elif f"RECV {needed}" not in op.deps:
-                what = "activation" if op.phase == "F" else "gradient"
+                what = "activation" if op.phase == Phase.F else "gradient"
                 raise ProgramError(
                     f"{_where(rank, i, op)}: does not wait for the {what} {needed} "
                     f"(needs a dependency on RECV {needed})"
@@ -169,7 +170,7 @@ def _check_p2p(program: Program) -> None:
                 raise ProgramError(
                     f"{_where(rank, i, op)}: sends the output of stage {stage}, which rank {rank} does not hold"
                 )
-            consumer = stage + 1 if phase == "F" else stage - 1
+            consumer = stage + 1 if phase == Phase.F else stage - 1
             expected = program.stage_to_rank.get(consumer)
             if op.peer != expected:
                 raise ProgramError(
@@ -195,7 +196,7 @@ def _check_p2p(program: Program) -> None:
 
 
 def _check_collectives(program: Program) -> None:
-    seen: dict[str, dict[int, tuple[int, Collective]]] = defaultdict(dict)
+    seen: dict[CollectiveTag, dict[int, tuple[int, Collective]]] = defaultdict(dict)
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Collective):
@@ -228,7 +229,7 @@ def _check_deadlock(program: Program) -> None:
             streams[(rank, op.stream)].append(op)
     done: dict[int, set[str]] = {rank: set() for rank in program.ranks}  # rank -> labels finished
     sent: set[tuple[int, int, tuple]] = set()
-    joined: dict[str, set[int]] = defaultdict(set)  # collective tag -> members that reached it
+    joined: dict[CollectiveTag, set[int]] = defaultdict(set)  # collective tag -> members that reached it
     pos = dict.fromkeys(streams, 0)
     sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
     # rank -> label -> streams waiting for that op to finish (kept apart: checked after every op)

@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Program, Recv, Send  # noqa: E402
+from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Comm, Program, Recv, Send  # noqa: E402
 from clustersim.sim.engine.records import EventLog  # noqa: E402
 from clustersim.sim.report import output_folder  # noqa: E402
 from clustersim.sim.run import RunResult  # noqa: E402
@@ -46,7 +46,7 @@ from clustersim.sim.views.gantt import time_unit  # noqa: E402
 # remaining collective kinds in schedules.ir order (each kept separate).
 EXPOSED_KINDS = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather", "p2p")
 EXPOSED_KINDS += tuple(k for k in COLLECTIVE_KINDS if k not in EXPOSED_KINDS)
-P2P_PHASES = ("SEND", "RECV")
+P2P_PHASES = (Comm.SEND, Comm.RECV)
 HOTTEST = 3
 OUTPUT_FILES = ("compare.json", "compare.md", "compare.png")
 COLOURS = {
@@ -109,7 +109,7 @@ def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
         for op in ops
         if isinstance(op, Send)
     }
-    send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == "SEND"}
+    send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == Comm.SEND}
     return {
         (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
         for rank, ops in program.ops.items()
@@ -142,7 +142,10 @@ def step_breakdown(
         start = np.maximum(
             start,
             np.fromiter(
-                (sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == "RECV" else s.start_s for s in spans),
+                (
+                    sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == Comm.RECV else s.start_s
+                    for s in spans
+                ),
                 float,
                 n,
             ),
@@ -198,7 +201,7 @@ def alltoall_busbw_GBps(log: EventLog, sizes: dict[SpanKey, tuple[int, float]]) 
     all-to-all of positive length."""
     moved = seconds = 0.0
     for span in log.spans:
-        if span.phase == "ALL_TO_ALL" and span.duration_s > 0:
+        if span.phase == Comm.ALL_TO_ALL and span.duration_s > 0:
             n, sent = sizes[(span.rank, span.stream, span.label)]
             moved += sent * (n - 1) / n
             seconds += span.duration_s

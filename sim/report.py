@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from clustersim.schedules.ir import PIPELINE_PHASES
 from clustersim.sim.cost.memory import capacity_message
 from clustersim.sim.results.table import format_table
 from clustersim.sim.results.trace import MAX_SPAN_EVENTS, write_trace
@@ -101,7 +102,7 @@ def terminal_summary(result: RunResult) -> str:
     s = result.summary
     busy = [0.0] * result.log.num_ranks
     for span in result.log.spans:
-        if span.phase in ("F", "B"):
+        if span.phase in PIPELINE_PHASES:
             busy[span.rank] += span.duration_s
     rows = [
         {

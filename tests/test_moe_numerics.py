@@ -6,15 +6,8 @@ import pytest
 from finite_differences import central_difference
 
 from clustersim.sim.collectives.ops import Pieces
-from clustersim.sim.numerics.moe import (
-    ExpertParallelMoE,
-    MoEConfig,
-    init_moe_params,
-    moe_backward,
-    moe_forward,
-    route,
-    traffic_matrix,
-)
+from clustersim.sim.numerics.expert_parallel import ExpertParallelMoE, traffic_matrix
+from clustersim.sim.numerics.moe import MoEConfig, init_moe_params, moe_backward, moe_forward, route
 
 NAME = "moe"
 HIDDEN, FFN, B, S = 8, 16, 2, 6
