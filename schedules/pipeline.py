@@ -134,14 +134,29 @@ SizesRule = Callable[[str, int, int, int], None]  # (name, num_ranks, num_microb
 @dataclass(frozen=True)
 class Schedule:
     """A registry entry: the order generator and the sizes it can schedule, so callers (the
-    scenario check, the CLI) ask the entry instead of branching on its name."""
+    scenario check, the CLI, a reduced test run) ask the entry instead of branching on its name.
+    Adding a schedule: write its generator (and its sizes rule, if a new one) here, and one line
+    in SCHEDULES."""
 
     order: Generator
     sizes: SizesRule  # raises ScheduleError naming the knob at fault
     chunks_per_rank: bool = False  # whether it runs several model chunks per rank (virtual > 1)
 
     def check(self, name: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
+        """Raise ScheduleError (naming the knob at fault) unless the schedule can run these sizes."""
         self.sizes(name, num_ranks, num_microbatches, virtual)
+
+    def fewest_microbatches(self, name: str, num_ranks: int, virtual: int) -> int:
+        """The fewest microbatches the schedule runs with these sizes (a reduced run's batch)."""
+        for m in range(1, num_ranks + 1):
+            try:
+                self.check(name, num_ranks, m, virtual)
+            except ScheduleError as exc:
+                if exc.knob != "microbatches":
+                    raise
+                continue
+            return m
+        raise ScheduleError("microbatches", f"schedule {name!r} runs no microbatch count up to pp ({num_ranks})")
 
 
 SCHEDULES: dict[str, Schedule] = {

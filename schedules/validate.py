@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from clustersim.schedules.ir import Collective, Compute, Op, Phase, Program, Recv, Send
+from clustersim.schedules.ir import Collective, Compute, MessageTag, Op, Phase, Program, Recv, Send
 from clustersim.schedules.tags import CollectiveTag
 
 
@@ -32,7 +32,7 @@ def _where(rank: int, index: int, op: Op) -> str:
     return f"rank {rank}, op {index} ({op.label})"
 
 
-def _op_key(op: Compute) -> tuple[str, int | None, int]:
+def _op_key(op: Compute) -> tuple[Phase, int | None, int]:
     return op.phase, op.microbatch, op.stage
 
 
@@ -107,7 +107,7 @@ def _check_coverage_and_order(program: Program) -> None:
                 if (phase, mb, stage) not in found:
                     label = f"OPT@{stage}" if mb is None else f"{phase}{mb}@{stage}"
                     raise ProgramError(f"rank {program.stage_to_rank.get(stage)}: {label} is never run")
-    counts = defaultdict(int)
+    counts: dict[str, int] = defaultdict(int)
     for rank in program.ranks:
         for op in program.ops[rank]:
             if isinstance(op, Compute) and not op.part:
@@ -121,8 +121,10 @@ def _check_coverage_and_order(program: Program) -> None:
 def _check_piece(rank: int, i: int, op: Compute, seen: dict[str, Op]) -> None:
     """Piece k > 0 follows piece k-1 of the same op on the same stream (with anything between);
     `seen`: the rank's ops before op i, by label."""
+    if not op.part:
+        return
     before = seen.get(f"{_whole_label(op)}.{op.part - 1}")
-    if op.part and (before is None or before.stream != op.stream):
+    if before is None or before.stream != op.stream:
         raise ProgramError(
             f"{_where(rank, i, op)}: piece {op.part} does not follow piece {op.part - 1} on stream {op.stream}"
         )
@@ -154,7 +156,7 @@ def _check_chains(program: Program) -> None:
 
 
 def _check_p2p(program: Program) -> None:
-    recvs: dict[tuple[int, int, tuple], tuple[int, Recv]] = {}
+    recvs: dict[tuple[int, int, MessageTag], tuple[int, Recv]] = {}
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Recv):
@@ -228,7 +230,7 @@ def _check_deadlock(program: Program) -> None:
         for op in program.ops[rank]:
             streams[(rank, op.stream)].append(op)
     done: dict[int, set[str]] = {rank: set() for rank in program.ranks}  # rank -> labels finished
-    sent: set[tuple[int, int, tuple]] = set()
+    sent: set[tuple[int, int, MessageTag]] = set()
     joined: dict[CollectiveTag, set[int]] = defaultdict(set)  # collective tag -> members that reached it
     pos = dict.fromkeys(streams, 0)
     sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
@@ -242,7 +244,6 @@ def _check_deadlock(program: Program) -> None:
         i = pos[key]
         while i < len(ops):
             op = ops[i]
-            kind = type(op)
             for dep in op.deps:
                 if dep not in mine:
                     break
@@ -251,7 +252,7 @@ def _check_deadlock(program: Program) -> None:
             if dep is not None:
                 on_mine.setdefault(dep, []).append(key)
                 break
-            if kind is Collective:
+            if isinstance(op, Collective):
                 group = joined[op.tag]
                 if rank not in group:
                     group.add(rank)
@@ -260,13 +261,13 @@ def _check_deadlock(program: Program) -> None:
                 if len(group) < len(members(op)):
                     sleepers[("joined", op.tag)].append(key)
                     break
-            elif kind is Recv and (op.peer, rank, op.tag) not in sent:
+            elif isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
                 sleepers[("sent", op.peer, rank, op.tag)].append(key)
                 break
             mine.add(op.label)
             if on_mine and op.label in on_mine:
                 ready.extend(on_mine.pop(op.label))
-            if kind is Send:
+            if isinstance(op, Send):
                 sent.add((rank, op.peer, op.tag))
                 if sleepers:
                     ready.extend(sleepers.pop(("sent", rank, op.peer, op.tag), ()))
@@ -291,4 +292,4 @@ def _blocker(program: Program, op: Op, done: set[str], joined: dict) -> str:
     if isinstance(op, Collective) and len(joined[op.tag]) < len(program.members(op)):
         missing = [r for r in program.members(op) if r not in joined[op.tag]]
         return f"ranks {', '.join(map(str, missing))} to join {op.label}"
-    return f"SEND {op.label[5:]} on rank {op.peer}"
+    return f"SEND {op.label[5:]} on rank {op.peer}" if isinstance(op, Recv) else "nothing it names"

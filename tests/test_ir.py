@@ -2,7 +2,7 @@
 
 import pytest
 
-from clustersim.schedules.ir import Collective, Compute, Phase, Recv, Send, format_op, parse_op, parse_program
+from clustersim.schedules.ir import Collective, Compute, Phase, Recv, Send
 from clustersim.schedules.pipeline import build_program, rank_order
 from clustersim.schedules.tags import (
     ExpertPiece,
@@ -13,6 +13,7 @@ from clustersim.schedules.tags import (
     TensorPiece,
     parse_tag,
 )
+from clustersim.schedules.text import format_op, parse_op, parse_program
 
 
 @pytest.mark.parametrize(

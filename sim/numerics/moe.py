@@ -84,8 +84,13 @@ def experts_of_rank(rank: int, num_experts: int, ep: int) -> range:
 
 def moe_param_shapes(name: str, hidden: int, ffn: int, num_experts: int, shared: bool) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape, in init order: gate, experts 0..E-1, then the shared expert."""
-    mlp = {"fc.w": (hidden, ffn), "fc.b": (ffn,), "proj.w": (ffn, hidden), "proj.b": (hidden,)}
-    shapes = {f"{name}.gate.w": (hidden, num_experts)}
+    mlp: dict[str, tuple[int, ...]] = {
+        "fc.w": (hidden, ffn),
+        "fc.b": (ffn,),
+        "proj.w": (ffn, hidden),
+        "proj.b": (hidden,),
+    }
+    shapes: dict[str, tuple[int, ...]] = {f"{name}.gate.w": (hidden, num_experts)}
     for owner in [f"expert{e}" for e in range(num_experts)] + (["shared"] if shared else []):
         shapes.update({f"{name}.{owner}.{suffix}": shape for suffix, shape in mlp.items()})
     return shapes

@@ -73,7 +73,9 @@ class PipelineNumerics:
             ]
         self.running: dict[int, Running] = {}  # rank -> the op in progress
         self.answers: dict[int, np.ndarray] = {}  # rank -> the collective result its next piece resumes with
-        self.syncs: dict[tuple[int, GradSync], Generator] = {}  # (rank, tag) -> a gradient sum awaiting its result
+        self.syncs: dict[
+            tuple[int, GradSync], Generator[Request, np.ndarray, None]
+        ] = {}  # (rank, tag) -> a gradient sum awaiting its result
         self.optimizers: list[Adam | SGD] = [make_optimizer(step.optimizer, step.lr) for _ in range(num_stages)]
         self.stepped: set[int] = set()
         self.store: dict[int, dict[MessageTag, np.ndarray]] = {rank: {} for rank in sorted(set(stage_to_rank.values()))}

@@ -30,7 +30,7 @@ COMPUTE_STREAM = "compute"
 STREAM_ORDER = (COMPUTE_STREAM, "send", "recv")  # then any other stream, by name
 
 # phase -> (face colour, alpha); unknown phases (collectives, ...) take PALETTE in name order.
-PHASE_STYLE = {
+PHASE_STYLE: dict[str, tuple[str, float]] = {
     Phase.F: ("#3b6fb6", 1.0),
     Phase.B: ("#3f9b57", 1.0),
     Phase.OPT: ("#c0504d", 1.0),
@@ -74,7 +74,7 @@ def phase_colours(phases: set[str]) -> dict[str, tuple[str, float]]:
     """A fixed colour per known phase; unknown phases get PALETTE entries in name order."""
     known = [p for p in PHASE_ORDER if p in phases]
     extra = sorted(phases - set(PHASE_STYLE))
-    styles = {p: PHASE_STYLE[p] for p in known}
+    styles: dict[str, tuple[str, float]] = {p: PHASE_STYLE[p] for p in known}
     styles.update({p: (PALETTE[i % len(PALETTE)], 0.85) for i, p in enumerate(extra)})
     return styles
 
