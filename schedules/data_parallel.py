@@ -27,8 +27,9 @@ import functools
 import math
 from collections.abc import Callable
 
-from clustersim.schedules.ir import Collective, Compute, Op, Program
+from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Comm, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
+from clustersim.schedules.tags import GradBucket, ParamBucket, ParamGather
 
 ZERO_STAGES = (0, 1, 2, 3)
 DP_STREAM = "dp"
@@ -68,18 +69,18 @@ def add_data_parallel(
         group = layout.dp_group(p, t)
         sets = functools.partial(_gradient_sets, layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
-        last_backward = {op.stage: op.label for op in computes if op.phase == "B"}
+        last_backward = {op.stage: op.label for op in computes if op.phase == Phase.B}
         # a stage's gradients are whole once its last backward and whatever else its optimizer
         # step waits for (tensor parallelism's gradient sum) have finished
-        grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == "OPT"}
+        grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == Phase.OPT}
         ends = {(op.phase, op.microbatch, op.stage): op.label for op in computes}  # an op's last piece
         out: list[Op] = []
         computed: list[str] = []  # ends of the F/B ops so far, for the prefetch distance
         for op in program.ops[rank]:
-            if isinstance(op, Compute) and op.phase in ("F", "B") and not op.part and zero_stage == 3:
+            if isinstance(op, Compute) and op.phase in PIPELINE_PHASES and not op.part and zero_stage == 3:
                 gather = Collective(
                     "all_gather",
-                    f"params@{op.stage}.t{t}.{op.label}",
+                    ParamGather(op.stage, t, op.label),
                     group,
                     weight_bytes(op.stage),
                     stream=DP_STREAM,
@@ -88,8 +89,8 @@ def add_data_parallel(
                 out.append(gather)
                 computed.append(ends[(op.phase, op.microbatch, op.stage)])
                 op = dataclasses.replace(op, deps=op.deps + (gather.label,))
-            if isinstance(op, Compute) and op.phase == "OPT":
-                kind = "ALL_REDUCE" if zero_stage == 0 else "REDUCE_SCATTER"
+            if isinstance(op, Compute) and op.phase == Phase.OPT:
+                kind = Comm.ALL_REDUCE if zero_stage == 0 else Comm.REDUCE_SCATTER
                 shard = (
                     sum(size / len(members) for _, members, size in sets(op.stage)) / weight_bytes(op.stage)
                     if zero_stage >= 1 and weight_bytes(op.stage) > 0
@@ -102,47 +103,51 @@ def add_data_parallel(
                     deps=op.deps
                     + tuple(
                         f"{kind} {tag}"
-                        for what, members, size in sets(op.stage)
-                        for tag, _ in _buckets(what, size, bucket_bytes)
+                        for expert_rank, _, size in sets(op.stage)
+                        for tag, _ in _buckets(op.stage, t, expert_rank, size, bucket_bytes)
                     ),
                 )
             out.append(op)
-            if isinstance(op, Compute) and op.phase == "B" and last_backward[op.stage] == op.label:
-                kind = "all_reduce" if zero_stage == 0 else "reduce_scatter"
+            if isinstance(op, Compute) and op.phase == Phase.B and last_backward[op.stage] == op.label:
+                reduce = "all_reduce" if zero_stage == 0 else "reduce_scatter"
                 out.extend(
-                    Collective(kind, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
-                    for what, members, total in sets(op.stage)
-                    for tag, size in _buckets(what, total, bucket_bytes)
+                    Collective(reduce, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
+                    for expert_rank, members, total in sets(op.stage)
+                    for tag, size in _buckets(op.stage, t, expert_rank, total, bucket_bytes)
                 )
-            if isinstance(op, Compute) and op.phase == "OPT" and zero_stage in (1, 2):
+            if isinstance(op, Compute) and op.phase == Phase.OPT and zero_stage in (1, 2):
                 out.extend(
-                    Collective(
-                        "all_gather",
-                        tag.replace("grads@", "params@"),
-                        members,
-                        size,
-                        stream=DP_STREAM,
-                        deps=(op.label,),
-                    )
-                    for what, members, total in sets(op.stage)
-                    for tag, size in _buckets(what, total, bucket_bytes)
+                    Collective("all_gather", ParamBucket.of(tag), members, size, stream=DP_STREAM, deps=(op.label,))
+                    for expert_rank, members, total in sets(op.stage)
+                    for tag, size in _buckets(op.stage, t, expert_rank, total, bucket_bytes)
                 )
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)
 
 
 def _gradient_sets(
-    layout: Layout, d: int, p: int, t: int, weight_bytes, expert_bytes, stage: int
-) -> list[tuple[str, tuple[int, ...], float]]:
-    """[(tag prefix, group, bytes)] of a stage: the dense gradients over the data-parallel group
-    and, with expert parallelism, the experts' over the ranks holding the same experts (if several)."""
+    layout: Layout,
+    d: int,
+    p: int,
+    t: int,
+    weight_bytes: Callable[[int], float],
+    expert_bytes: Callable[[int], float],
+    stage: int,
+) -> list[tuple[int | None, tuple[int, ...], float]]:
+    """[(expert rank, group, bytes)] of a stage: the dense gradients (expert rank None) over the
+    data-parallel group and, with expert parallelism, the experts' over the ranks holding the same
+    experts (if several)."""
     experts = expert_bytes(stage) if layout.ep > 1 else 0.0
-    sets = [(f"grads@{stage}.t{t}", layout.dp_group(p, t), weight_bytes(stage) - experts)]
+    sets: list[tuple[int | None, tuple[int, ...], float]] = [
+        (None, layout.dp_group(p, t), weight_bytes(stage) - experts)
+    ]
     holders = layout.expert_dp_group(d, p, t)
     if experts > 0 and len(holders) > 1:
-        sets.append((f"egrads@{stage}.t{t}.r{d % layout.ep}", holders, experts))
+        sets.append((d % layout.ep, holders, experts))
     return sets
 
 
-def _buckets(prefix: str, total: float, bucket_bytes: float) -> list[tuple[str, float]]:
-    return [(f"{prefix}.b{b}", size) for b, size in enumerate(bucket_sizes(total, bucket_bytes))]
+def _buckets(
+    stage: int, t: int, expert_rank: int | None, total: float, bucket_bytes: float
+) -> list[tuple[GradBucket, float]]:
+    return [(GradBucket(stage, t, b, expert_rank), size) for b, size in enumerate(bucket_sizes(total, bucket_bytes))]

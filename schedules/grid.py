@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from clustersim.schedules.ir import Compute, Program
+from clustersim.schedules.ir import Compute, Phase, Program
 
 
 def compute_grid(program: Program) -> str:
     """Each rank's compute order as a text grid: one row per rank, one column per step."""
     rows = []
     for rank in program.ranks:
-        cells = [op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase != "OPT"]
+        cells = [op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase != Phase.OPT]
         rows.append((f"rank {rank}", cells))
     width = max((len(c) for _, cells in rows for c in cells), default=1)
     head = max(len(name) for name, _ in rows)
@@ -23,7 +23,7 @@ def compute_order_json(program: Program) -> dict:
             str(rank): [
                 {"phase": op.phase, "microbatch": op.microbatch, "stage": op.stage}
                 for op in program.ops[rank]
-                if isinstance(op, Compute) and op.phase != "OPT"
+                if isinstance(op, Compute) and op.phase != Phase.OPT
             ]
             for rank in program.ranks
         }

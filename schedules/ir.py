@@ -2,7 +2,7 @@
 
 Ops on one stream run in order, like a CUDA stream; `deps` name ops (by label) on other streams
 of the same rank that must finish first, like CUDA events. Every op has a one-line text form
-that round-trips through `parse_op`:
+that round-trips through `parse_op` (schedules.text):
 
     compute: F3@1                      forward of microbatch 3 on global pipeline stage 1
     compute: F3@1.2 after ALL_REDUCE tp@d0.F3@1.1   its third piece, cut at tensor-parallel collectives
@@ -13,22 +13,76 @@ that round-trips through `parse_op`:
     dp: ALL_REDUCE grads@1.b0 [1,5] 1048576B ring after B7@1
 
 A message's tag is (phase, microbatch, producer stage), so `SEND F3@1` on one rank matches
-`RECV F3@1` on its peer. A collective's tag names it on every member of its group (the ranks in
-brackets, in the group's order); its size means what it means in nccl-tests. Labels are unique within a rank; each op computes its label once, at construction.
+`RECV F3@1` on its peer. A collective's tag (schedules.tags) names it on every member of its group
+(the ranks in brackets, in the group's order); its size means what it means in nccl-tests. Labels
+are unique within a rank; each op computes its label once, at construction.
+
+Phases and kinds are string enums (`Phase`, `Comm`), so they print, compare and serialise as the
+letters they stand for.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, NamedTuple
 
-PHASES = ("F", "B", "OPT")
+from clustersim.schedules.tags import CollectiveTag
+
 COMPUTE_STREAM = "compute"
 SEND_STREAM = "send"
 RECV_STREAM = "recv"
 
-Tag = tuple[str, int, int]  # (phase "F"|"B", microbatch, producer stage)
+
+class Phase(StrEnum):
+    """What a compute op does for its stage (and microbatch)."""
+
+    F = "F"  # forward
+    B = "B"  # backward: the input gradient, and the weight gradient unless W is split off
+    W = "W"  # weight gradient alone (zero-bubble schedules split it off B)
+    R = "R"  # recompute of a forward's activations before its backward
+    OPT = "OPT"  # optimizer step
+
+
+PHASES = tuple(Phase)
+PIPELINE_PHASES = (Phase.F, Phase.B)  # the phases that carry microbatches between stages
+
+
+class MessageTag(NamedTuple):
+    """What a point-to-point message carries: the output of `phase` for `microbatch` on `stage`."""
+
+    phase: Phase
+    microbatch: int
+    stage: int
+
+    def __str__(self) -> str:
+        return f"{self.phase}{self.microbatch}@{self.stage}"
+
+
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+
+
+class Comm(StrEnum):
+    """A communication op's kind as its span's phase: SEND, RECV, or a collective kind in capitals."""
+
+    SEND = "SEND"
+    RECV = "RECV"
+    ALL_REDUCE = "ALL_REDUCE"
+    REDUCE_SCATTER = "REDUCE_SCATTER"
+    ALL_GATHER = "ALL_GATHER"
+    BROADCAST = "BROADCAST"
+    REDUCE = "REDUCE"
+    ALL_TO_ALL = "ALL_TO_ALL"
+
+    @staticmethod
+    def of(kind: str) -> Comm:
+        """The span phase of collective `kind` ("all_reduce" -> ALL_REDUCE)."""
+        return _COMM_OF_KIND[kind]
+
+
+_COMM_OF_KIND = {kind: Comm(kind.upper()) for kind in COLLECTIVE_KINDS}
+SpanPhase = Phase | Comm  # what an event span's phase is
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +94,7 @@ class Compute:
     order on one stream; the first waits for what the whole op waits for, and whoever uses the
     op's result waits for the last."""
 
-    phase: str
+    phase: Phase
     microbatch: int | None
     stage: int
     flops: float = 0.0
@@ -51,7 +105,7 @@ class Compute:
     label: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        label = f"OPT@{self.stage}" if self.phase == "OPT" else f"{self.phase}{self.microbatch}@{self.stage}"
+        label = f"OPT@{self.stage}" if self.phase == Phase.OPT else f"{self.phase}{self.microbatch}@{self.stage}"
         object.__setattr__(self, "label", label if self.part is None else f"{label}.{self.part}")
 
 
@@ -60,15 +114,17 @@ class _PointToPoint:
     """A message with `peer`, tagged `tag`, of `nbytes`; the subclass says which end it is."""
 
     peer: int
-    tag: Tag
+    tag: MessageTag
     nbytes: float
     stream: str
     deps: tuple[str, ...] = ()
     label: str = field(init=False, repr=False, compare=False)
-    KIND = ""
+    KIND: ClassVar[Comm]
 
     def __post_init__(self):
-        object.__setattr__(self, "label", f"{self.KIND} {_tag_text(self.tag)}")
+        if type(self.tag) is not MessageTag:  # a plain (phase, microbatch, stage) tuple
+            object.__setattr__(self, "tag", MessageTag(Phase(self.tag[0]), self.tag[1], self.tag[2]))
+        object.__setattr__(self, "label", f"{self.KIND} {self.tag}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +132,7 @@ class Send(_PointToPoint):
     """Point-to-point send of the tensor tagged `tag` to rank `peer` (eager: buffered at the peer)."""
 
     stream: str = SEND_STREAM
-    KIND = "SEND"
+    KIND: ClassVar[Comm] = Comm.SEND
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,27 +140,27 @@ class Recv(_PointToPoint):
     """Point-to-point receive of the tensor tagged `tag` from rank `peer`; done when it arrives."""
 
     stream: str = RECV_STREAM
-    KIND = "RECV"
-
-
-COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all")
+    KIND: ClassVar[Comm] = Comm.RECV
 
 
 @dataclass(frozen=True, slots=True)
 class Collective:
-    """One rank's part in a collective over `group` (ranks); every member has the same tag."""
+    """One rank's part in a collective over `group` (ranks); every member has the same tag.
+    `comm`: its kind as a span's phase."""
 
     kind: str
-    tag: str
+    tag: CollectiveTag
     group: tuple[int, ...]
     nbytes: float
     algorithm: str = "auto"
     stream: str = "dp"
     deps: tuple[str, ...] = ()
     label: str = field(init=False, repr=False, compare=False)
+    comm: Comm = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "label", f"{self.kind.upper()} {self.tag}")
+        object.__setattr__(self, "comm", Comm.of(self.kind))
+        object.__setattr__(self, "label", f"{self.comm} {self.tag}")
 
 
 Op = Compute | Send | Recv | Collective
@@ -187,83 +243,12 @@ class Program:
         )
 
     def to_text(self) -> str:
-        """All ops, one per line, grouped by rank (`rank 0:` headers); `Program.parse` reads it back."""
+        """All ops, one per line, grouped by rank (`rank 0:` headers); schedules.text.parse_program
+        reads it back."""
+        from clustersim.schedules.text import format_op  # the text form builds on this module
+
         lines = []
         for rank in self.ranks:
             lines.append(f"rank {rank}:")
             lines.extend(f"  {format_op(op)}" for op in self.ops[rank])
         return "\n".join(lines)
-
-
-def _tag_text(tag: Tag) -> str:
-    phase, microbatch, stage = tag
-    return f"{phase}{microbatch}@{stage}"
-
-
-def _flops_text(flops: float) -> str:
-    return f" {flops!r}FLOP" if flops else ""
-
-
-def format_op(op: Op) -> str:
-    """The one-line text form of an op (see the module docstring)."""
-    if isinstance(op, Compute):
-        body = op.label + _flops_text(op.flops) + (f" {op.nbytes!r}B" if op.nbytes else "")
-    elif isinstance(op, Collective):
-        body = f"{op.label} [{','.join(map(str, op.group))}] {op.nbytes!r}B {op.algorithm}"
-    elif isinstance(op, Send):
-        body = f"{op.label} ->{op.peer} {op.nbytes!r}B"
-    else:
-        body = f"{op.label} <-{op.peer} {op.nbytes!r}B"
-    after = f" after {', '.join(op.deps)}" if op.deps else ""
-    return f"{op.stream}: {body}{after}"
-
-
-_TAG = r"(?P<phase>F|B)(?P<mb>\d+)@(?P<stage>\d+)"
-_COMPUTE_RE = re.compile(
-    r"(?:(?P<phase>F|B)(?P<mb>\d+)|(?P<opt>OPT))@(?P<stage>\d+)(?:\.(?P<part>\d+))?"
-    r"(?: (?P<flops>\S+)FLOP)?(?: (?P<nbytes>\S+)B)?$"
-)
-_COLLECTIVE_RE = re.compile(r"(?P<kind>[A-Z_]+) (?P<tag>\S+) \[(?P<group>[\d,]+)\] (?P<nbytes>\S+)B (?P<algo>\S+)$")
-_P2P_RE = re.compile(rf"(?P<kind>SEND|RECV) {_TAG} (?P<dir>->|<-)(?P<peer>\d+) (?P<nbytes>\S+)B$")
-
-
-def parse_op(text: str) -> Op:
-    """Inverse of `format_op`; raises ValueError naming the text it could not read."""
-    stream, sep, rest = text.strip().partition(": ")
-    if not sep:
-        raise ValueError(f"op text {text!r}: expected 'stream: body'")
-    body, _, after = rest.partition(" after ")
-    deps = tuple(d.strip() for d in after.split(",")) if after else ()
-    if m := _COMPUTE_RE.match(body):
-        phase = "OPT" if m["opt"] else m["phase"]
-        microbatch = None if m["opt"] else int(m["mb"])
-        flops = float(m["flops"]) if m["flops"] else 0.0
-        nbytes = float(m["nbytes"]) if m["nbytes"] else 0.0
-        part = int(m["part"]) if m["part"] is not None else None
-        return Compute(phase, microbatch, int(m["stage"]), flops, nbytes, stream, deps, part)
-    if m := _P2P_RE.match(body):
-        tag = (m["phase"], int(m["mb"]), int(m["stage"]))
-        cls = Send if m["kind"] == "SEND" else Recv
-        if (cls is Send) != (m["dir"] == "->"):
-            raise ValueError(f"op text {text!r}: SEND takes '->', RECV takes '<-'")
-        return cls(int(m["peer"]), tag, float(m["nbytes"]), stream, deps)
-    if (m := _COLLECTIVE_RE.match(body)) and m["kind"].lower() in COLLECTIVE_KINDS:
-        group = tuple(int(r) for r in m["group"].split(","))
-        return Collective(m["kind"].lower(), m["tag"], group, float(m["nbytes"]), m["algo"], stream, deps)
-    raise ValueError(f"op text {text!r}: not a compute, send, recv or collective op")
-
-
-def parse_program(text: str, num_stages: int, num_microbatches: int, stage_to_rank: dict[int, int]) -> Program:
-    """Read `Program.to_text()` output back."""
-    ops: dict[int, list[Op]] = {}
-    current = None
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if m := re.match(r"rank (\d+):$", line.strip()):
-            current = ops.setdefault(int(m[1]), [])
-        elif current is None:
-            raise ValueError(f"program text: op {line.strip()!r} before any 'rank N:' header")
-        else:
-            current.append(parse_op(line))
-    return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))

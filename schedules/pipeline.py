@@ -25,12 +25,14 @@ of p when v > 1 (see `interleaved_order`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from clustersim.schedules.ir import Compute, Op, Program, Recv, Send
+from clustersim.schedules.ir import Compute, MessageTag, Op, Phase, Program, Recv, Send
 
-Step = tuple[str, int, int]  # (phase "F"|"B", microbatch, global stage)
+Step = tuple[Phase, int, int]  # (phase F | B, microbatch, global stage)
 RankOrder = dict[int, list[Step]]  # rank -> its compute order
 Generator = Callable[[int, int, int], RankOrder]  # (num_ranks, num_microbatches, virtual) -> RankOrder
+F, B = Phase.F, Phase.B
 
 
 def stage_ranks(num_ranks: int, virtual: int = 1) -> dict[int, int]:
@@ -38,35 +40,57 @@ def stage_ranks(num_ranks: int, virtual: int = 1) -> dict[int, int]:
     return {chunk * num_ranks + rank: rank for chunk in range(virtual) for rank in range(num_ranks)}
 
 
-def _one_stage_per_rank(kind: str, virtual: int) -> None:
+class ScheduleError(ValueError):
+    """A schedule cannot run these sizes; `knob` names the size at fault ("virtual" or
+    "microbatches"), so a caller can point at its own spelling of it (a flag, a YAML path)."""
+
+    def __init__(self, knob: str, message: str):
+        super().__init__(message)
+        self.knob = knob
+
+
+def one_stage_per_rank(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
+    """The sizes rule of a schedule that runs one stage per rank: virtual = 1."""
     if virtual != 1:
-        raise ValueError(
+        chunked = ", ".join(name for name, schedule in SCHEDULES.items() if schedule.chunks_per_rank)
+        raise ScheduleError(
+            "virtual",
             f"schedule {kind!r} runs one stage per rank: virtual must be 1, got {virtual} "
-            "(use 'interleaved' for several chunks per rank)"
+            f"(several chunks per rank: {chunked})",
         )
 
 
 def gpipe_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
     """All forwards in microbatch order, then all backwards in microbatch order."""
-    _one_stage_per_rank("gpipe", virtual)
+    one_stage_per_rank("gpipe", num_ranks, num_microbatches, virtual)
     return {
-        rank: [("F", mb, rank) for mb in range(num_microbatches)] + [("B", mb, rank) for mb in range(num_microbatches)]
+        rank: [(F, mb, rank) for mb in range(num_microbatches)] + [(B, mb, rank) for mb in range(num_microbatches)]
         for rank in range(num_ranks)
     }
 
 
 def one_f_one_b_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
     """PipeDream-flush: warm-up forwards, steady one-forward-one-backward, cool-down backwards."""
-    _one_stage_per_rank("1f1b", virtual)
+    one_stage_per_rank("1f1b", num_ranks, num_microbatches, virtual)
     order: RankOrder = {}
     for rank in range(num_ranks):
         warmup = min(num_ranks - rank - 1, num_microbatches)
-        ops = [("F", mb, rank) for mb in range(warmup)]  # warm-up
+        ops = [(F, mb, rank) for mb in range(warmup)]  # warm-up
         for i in range(num_microbatches - warmup):  # steady 1F1B
-            ops += [("F", warmup + i, rank), ("B", i, rank)]
-        ops += [("B", mb, rank) for mb in range(num_microbatches - warmup, num_microbatches)]  # cool-down
+            ops += [(F, warmup + i, rank), (B, i, rank)]
+        ops += [(B, mb, rank) for mb in range(num_microbatches - warmup, num_microbatches)]  # cool-down
         order[rank] = ops
     return order
+
+
+def interleaved_sizes(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
+    """Megatron's interleaved order needs virtual >= 1 and, when virtual > 1, microbatches in
+    whole groups of pp."""
+    p, m, v = num_ranks, num_microbatches, virtual
+    if v < 1:
+        raise ScheduleError("virtual", f"{kind} schedule needs virtual >= 1, got {v}")
+    if v > 1 and m % p:
+        raise ScheduleError("microbatches", f"{kind} schedule needs microbatches ({m}) to be a multiple of pp ({p})")
 
 
 def interleaved_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
@@ -81,20 +105,17 @@ def interleaved_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -
     2 (p - r - 1), Megatron's formula, not 1F1B's p - r - 1 (same bubble, more in flight); older
     Megatron versions also ran every forward first when m == p, current ones only cap at v m.
     """
+    interleaved_sizes("interleaved", num_ranks, num_microbatches, virtual)
     p, m, v = num_ranks, num_microbatches, virtual
-    if v < 1:
-        raise ValueError(f"interleaved schedule needs virtual >= 1, got {v}")
-    if v > 1 and m % p:
-        raise ValueError(f"interleaved schedule needs microbatches ({m}) to be a multiple of pp ({p})")
     total = v * m
 
     def forward(rank: int, k: int) -> Step:
         chunk, mb = (k // p) % v, (k // (p * v)) * p + k % p
-        return ("F", mb, chunk * p + rank)
+        return (F, mb, chunk * p + rank)
 
     def backward(rank: int, k: int) -> Step:
         chunk, mb = v - 1 - (k // p) % v, (k // (p * v)) * p + k % p
-        return ("B", mb, chunk * p + rank)
+        return (B, mb, chunk * p + rank)
 
     order: RankOrder = {}
     for rank in range(p):
@@ -107,17 +128,58 @@ def interleaved_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -
     return order
 
 
-SCHEDULES: dict[str, Generator] = {"gpipe": gpipe_order, "1f1b": one_f_one_b_order, "interleaved": interleaved_order}
+SizesRule = Callable[[str, int, int, int], None]  # (name, num_ranks, num_microbatches, virtual) -> raises
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A registry entry: the order generator and the sizes it can schedule, so callers (the
+    scenario check, the CLI, a reduced test run) ask the entry instead of branching on its name.
+    Adding a schedule: write its generator (and its sizes rule, if a new one) here, and one line
+    in SCHEDULES."""
+
+    order: Generator
+    sizes: SizesRule  # raises ScheduleError naming the knob at fault
+    chunks_per_rank: bool = False  # whether it runs several model chunks per rank (virtual > 1)
+
+    def check(self, name: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
+        """Raise ScheduleError (naming the knob at fault) unless the schedule can run these sizes."""
+        self.sizes(name, num_ranks, num_microbatches, virtual)
+
+    def fewest_microbatches(self, name: str, num_ranks: int, virtual: int) -> int:
+        """The fewest microbatches the schedule runs with these sizes (a reduced run's batch)."""
+        for m in range(1, num_ranks + 1):
+            try:
+                self.check(name, num_ranks, m, virtual)
+            except ScheduleError as exc:
+                if exc.knob != "microbatches":
+                    raise
+                continue
+            return m
+        raise ScheduleError("microbatches", f"schedule {name!r} runs no microbatch count up to pp ({num_ranks})")
+
+
+SCHEDULES: dict[str, Schedule] = {
+    "gpipe": Schedule(gpipe_order, one_stage_per_rank),
+    "1f1b": Schedule(one_f_one_b_order, one_stage_per_rank),
+    "interleaved": Schedule(interleaved_order, interleaved_sizes, chunks_per_rank=True),
+}
+
+
+def schedule(kind: str) -> Schedule:
+    """The registry entry of `kind`; a miss lists the valid names."""
+    try:
+        return SCHEDULES[kind]
+    except KeyError:
+        raise ValueError(f"unknown schedule {kind!r} (valid: {', '.join(SCHEDULES)})") from None
 
 
 def rank_order(kind: str, num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
-    """Look a schedule up by name and run it; a miss lists the valid names. A generator raises
-    ValueError for sizes it cannot schedule (virtual > 1 on gpipe, m not a multiple of p, ...)."""
-    try:
-        generator = SCHEDULES[kind]
-    except KeyError:
-        raise ValueError(f"unknown schedule {kind!r} (valid: {', '.join(SCHEDULES)})") from None
-    return generator(num_ranks, num_microbatches, virtual)
+    """Look a schedule up by name and run it; raises ScheduleError (a ValueError naming the knob)
+    for sizes it cannot schedule (virtual > 1 on gpipe, m not a multiple of p, ...)."""
+    entry = schedule(kind)
+    entry.check(kind, num_ranks, num_microbatches, virtual)
+    return entry.order(num_ranks, num_microbatches, virtual)
 
 
 def build_program(
@@ -141,18 +203,18 @@ def build_program(
     ops: dict[int, list[Op]] = {rank: [] for rank in sorted(set(stage_to_rank.values()) | set(order))}
     for rank in sorted(order):
         for phase, mb, stage in order[rank]:
-            flops = forward_flops(stage) if phase == "F" else backward_flops(stage)
+            flops = forward_flops(stage) if phase == Phase.F else backward_flops(stage)
             ops[rank].extend(
                 _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops)
             )
     for stage in range(num_stages):
-        ops[stage_to_rank[stage]].append(Compute("OPT", None, stage, nbytes=optimizer_bytes(stage)))
+        ops[stage_to_rank[stage]].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage)))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 
 def _compute_with_p2p(
     rank: int,
-    phase: str,
+    phase: Phase,
     mb: int,
     stage: int,
     num_stages: int,
@@ -161,16 +223,16 @@ def _compute_with_p2p(
     flops: float,
 ) -> list[Op]:
     """The receive a compute op on `rank` waits on, the op itself, and the send of its result."""
-    src = stage - 1 if phase == "F" else stage + 1  # the stage whose output this op consumes
-    dst = stage + 1 if phase == "F" else stage - 1  # the stage that consumes this op's output
+    src = stage - 1 if phase == Phase.F else stage + 1  # the stage whose output this op consumes
+    dst = stage + 1 if phase == Phase.F else stage - 1  # the stage that consumes this op's output
     ops: list[Op] = []
     deps: tuple[str, ...] = ()
     if 0 <= src < num_stages and stage_to_rank[src] != rank:
-        recv = Recv(stage_to_rank[src], (phase, mb, src), nbytes)
+        recv = Recv(stage_to_rank[src], MessageTag(phase, mb, src), nbytes)
         ops.append(recv)
         deps = (recv.label,)
     compute = Compute(phase, mb, stage, flops, deps=deps)
     ops.append(compute)
     if 0 <= dst < num_stages and stage_to_rank[dst] != rank:
-        ops.append(Send(stage_to_rank[dst], (phase, mb, stage), nbytes, deps=(compute.label,)))
+        ops.append(Send(stage_to_rank[dst], MessageTag(phase, mb, stage), nbytes, deps=(compute.label,)))
     return ops

@@ -18,10 +18,13 @@ collective, piece, ..., piece; each piece holds the work items between two colle
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from clustersim.schedules.ir import Collective, Compute, Op, Program
+from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
+from clustersim.schedules.tags import CollectiveTag, ExpertPiece, GradSync, TensorPiece
 
 TP_STREAM = "tp"
 EP_STREAM = "ep"
@@ -29,7 +32,7 @@ Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the colle
 
 
 def tp_stage_plan(
-    phase: str,
+    phase: Phase,
     layers: int | list[bool],
     first: bool,
     last: bool,
@@ -56,16 +59,16 @@ def tp_stage_plan(
     MLP -> reduce-scatter, all-gather, attention -> reduce-scatter] + [all-gather, embedding]. An
     MoE MLP is router -> all-to-all (counts, group "ep_counts") -> all-to-all (dispatch) -> experts
     -> all-to-all (combine) in the forward and all-to-all -> experts -> all-to-all -> router in the
-    backward (groups "ep"), inside the same tensor-parallel collectives. Full recompute runs the forward's pieces again first (its last piece merging
-    into the backward's first).
+    backward (groups "ep"), inside the same tensor-parallel collectives. Full recompute runs the
+    forward's pieces again first (its last piece merging into the backward's first).
     """
     moe = [False] * layers if isinstance(layers, int) else list(layers)
-    tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep) if phase == "F" else []
-    if phase == "B":
+    tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep) if phase == Phase.F else []
+    if phase == Phase.B:
         if recompute_full:
             tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep)
         tokens += _backward_tokens(moe, first, last, sequence_parallel, tp, ep)
-    elif phase != "F":
+    elif phase != Phase.F:
         raise ValueError(f"stage pieces belong to F or B ops, not {phase!r}")
     pieces: list[Piece] = []
     items: list[str] = []
@@ -85,14 +88,14 @@ def _around(body: list, sp: bool, tp: int) -> list:
     return ([("all_gather", "tp")] if sp else []) + body + [("reduce_scatter" if sp else "all_reduce", "tp")]
 
 
-def _mlp(phase: str, moe: bool, ep: int) -> list:
+def _mlp(phase: Phase, moe: bool, ep: int) -> list:
     """A dense MLP, or an MoE one: the forward routes, tells every rank how many rows per expert
     are coming (a small all-to-all of counts), dispatches, runs the local experts and combines; the
     backward sends the output gradients back along the same routes (counts known) and returns."""
     if not moe:
         return [f"{phase}.mlp"]
     exchange = [("all_to_all", "ep")] if ep > 1 else []
-    if phase == "F":
+    if phase == Phase.F:
         counts = [("all_to_all", "ep_counts")] if ep > 1 else []
         return [f"{phase}.router", *counts, *exchange, f"{phase}.experts", *exchange]
     return [*exchange, f"{phase}.experts", *exchange, f"{phase}.router"]
@@ -103,7 +106,7 @@ def _forward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int,
     if first:
         tokens += ["F.embed"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
     for is_moe in moe:
-        tokens += _around(["F.attn"], sp, tp) + _around(_mlp("F", is_moe, ep), sp, tp)
+        tokens += _around(["F.attn"], sp, tp) + _around(_mlp(Phase.F, is_moe, ep), sp, tp)
     if last:
         tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["F.head"]
         tokens += [("all_gather", "tp")] if tp > 1 else []
@@ -115,60 +118,82 @@ def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int
     if last:
         tokens += ["B.head"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
     for is_moe in reversed(moe):
-        tokens += _around(_mlp("B", is_moe, ep), sp, tp) + _around(["B.attn"], sp, tp)
+        tokens += _around(_mlp(Phase.B, is_moe, ep), sp, tp) + _around(["B.attn"], sp, tp)
     if first:
         tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["B.embed"]
     return tokens
 
 
-def add_tensor_parallel(
-    program: Program,
-    layout: Layout,
-    stage_layers: Callable[[int], list[bool]],
-    activation_bytes: float,
-    sequence_parallel: bool,
-    recompute_full: bool,
-    item_flops: Callable[[str, int], float],
-    loss_gather_bytes: float,
-    grad_sync_bytes: Callable[[int], float],
-    alltoall_bytes: float = 0.0,
-    counts_bytes: float = 0.0,
-) -> Program:
+@dataclass(frozen=True)
+class TensorParallelPlan:
+    """How a stage's ops are cut: which layers each stage has and how the model runs them."""
+
+    stage_layers: Callable[[int], list[bool]]  # stage -> for each of its layers, whether its MLP is MoE
+    sequence_parallel: bool
+    recompute_full: bool  # the backward runs the forward's pieces again first
+
+
+@dataclass(frozen=True)
+class PieceCosts:
+    """What the pieces and their collectives cost, on one rank, in FLOPs and bytes (nccl-tests'
+    size: the whole buffer).
+
+    `item_flops(item, stage)`: a work item's FLOPs. `activation_bytes`: one (s, b, h) activation,
+    what each activation collective moves. `loss_gather_bytes`: the cross-entropy's gather of every
+    rank's per-token statistics. `grad_sync_bytes(stage)`: the gradients each rank of the group
+    computed from its own share of the tokens, summed over the group once before the optimizer
+    step: with sequence parallelism the replicated parameters', and in a stage with MoE layers
+    (whose tokens are split t ways, whole experts on every rank) the routers', shared experts' and
+    the rank's experts'. `alltoall_bytes`: one rank's send buffer of a dispatch or combine (its
+    routed token rows), spread evenly over the expert-parallel group; `counts_bytes`: one rank's
+    send buffer of the counts exchanged before each dispatch."""
+
+    item_flops: Callable[[str, int], float]
+    activation_bytes: float
+    loss_gather_bytes: float
+    grad_sync_bytes: Callable[[int], float]
+    alltoall_bytes: float = 0.0
+    counts_bytes: float = 0.0
+
+    def collective_bytes(self, on: str, items: tuple[str, ...]) -> float:
+        """The size of the collective on group `on` that ends a piece of `items`."""
+        if on == "ep":
+            return self.alltoall_bytes
+        if on == "ep_counts":
+            return self.counts_bytes
+        return self.loss_gather_bytes if "F.head" in items else self.activation_bytes
+
+
+PlannedPiece = tuple[tuple[str, ...], str | None, str | None, float]  # a Piece and its FLOPs
+
+
+def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPlan, costs: PieceCosts) -> Program:
     """The program with each forward and backward cut into pieces at its tensor-parallel
     collectives and its MoE layers' expert-parallel all-to-alls (`tp_stage_plan`).
 
-    `stage_layers(stage)`: for each of the stage's layers, whether its MLP is a mixture of experts.
-    `activation_bytes`: one (s, b, h) activation in bytes, what each activation collective moves
-    (nccl-tests' size: the whole buffer). `item_flops(item, stage)`: FLOPs of a work item on one
-    rank. `loss_gather_bytes`: the cross-entropy's gather of every rank's per-token statistics.
-    `grad_sync_bytes(stage)`: the gradients each rank of the group computed from its own share of
-    the tokens, summed over the group once before the optimizer step: with sequence parallelism
-    the replicated parameters', and in a stage with MoE layers (whose tokens are split t ways, whole
-    experts on every rank) the routers', shared experts' and the rank's experts'.
-    `alltoall_bytes`: one rank's send buffer of a dispatch or combine (its routed token rows),
-    spread evenly over the expert-parallel group; `counts_bytes`: one rank's send buffer of the
-    counts exchanged before each dispatch. Ops that used a whole op's result (its send, the next
-    stage on the same rank, data-parallel reductions) wait for its last piece. With tp = 1 and no
-    expert-parallel MoE layer there is nothing to cut and the program is returned as it is.
+    Ops that used a whole op's result (its send, the next stage on the same rank, data-parallel
+    reductions) wait for its last piece. With tp = 1 and no expert-parallel MoE layer there is
+    nothing to cut and the program is returned as it is.
     """
+    stage_layers = plan.stage_layers
     cut = {stage: layout.tp > 1 or (layout.ep > 1 and any(stage_layers(stage))) for stage in range(program.num_stages)}
     if not any(cut.values()):
         return program
     ops: dict[int, list[Op]] = {}
-    plans: dict[tuple[str, int], list[tuple[list[str], str | None, str, float]]] = {}  # (phase, stage) -> pieces
+    plans: dict[tuple[Phase, int], list[PlannedPiece]] = {}  # (phase, stage) -> pieces
 
-    def plan_of(phase: str, stage: int) -> list[tuple[list[str], str | None, str, float]]:
+    def plan_of(phase: Phase, stage: int) -> list[PlannedPiece]:
         """tp_stage_plan's pieces of (phase, stage), each with its FLOPs (the same on every rank)."""
         if (phase, stage) not in plans:
             plans[(phase, stage)] = [
-                (items, kind, on, sum(item_flops(i, stage) for i in items))
+                (items, kind, on, sum(costs.item_flops(i, stage) for i in items))
                 for items, kind, on in tp_stage_plan(
                     phase,
                     stage_layers(stage),
                     stage == 0,
                     stage == program.num_stages - 1,
-                    sequence_parallel,
-                    recompute_full,
+                    plan.sequence_parallel,
+                    plan.recompute_full,
                     tp=layout.tp,
                     ep=layout.ep,
                 )
@@ -177,16 +202,22 @@ def add_tensor_parallel(
 
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
-        ep_group = (layout.ep_group(d, p, t), EP_STREAM, f"ep@p{p}.t{t}.g{d // layout.ep}")
-        groups = {"tp": (layout.tp_group(d, p), TP_STREAM, f"tp@d{d}"), "ep": ep_group, "ep_counts": ep_group}
+        ep_group = layout.ep_group(d, p, t)
+        groups: dict[str, tuple[tuple[int, ...], str, Callable[[str], CollectiveTag]]] = {
+            "tp": (layout.tp_group(d, p), TP_STREAM, functools.partial(TensorPiece, d)),
+            "ep": (ep_group, EP_STREAM, functools.partial(ExpertPiece, p, t, d // layout.ep)),
+        }
+        groups["ep_counts"] = groups["ep"]
         renamed: dict[str, str] = {}  # whole op's label -> its last piece's label
-        last_backward = {op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == "B"}
+        last_backward = {
+            op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == Phase.B
+        }
         synced: dict[int, str] = {}  # stage -> its gradient sum's label
         out: list[Op] = []
         for op in program.ops[rank]:
             deps = tuple(renamed.get(dep, dep) for dep in op.deps)
-            if not (isinstance(op, Compute) and op.phase in ("F", "B") and cut[op.stage]):
-                if isinstance(op, Compute) and op.phase == "OPT" and op.stage in synced:
+            if not (isinstance(op, Compute) and op.phase in PIPELINE_PHASES and cut[op.stage]):
+                if isinstance(op, Compute) and op.phase == Phase.OPT and op.stage in synced:
                     deps += (synced[op.stage],)
                 out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
                 continue
@@ -195,30 +226,20 @@ def add_tensor_parallel(
                     op.phase, op.microbatch, op.stage, flops, op.nbytes if part == 0 else 0.0, op.stream, deps, part
                 )
                 out.append(piece)
-                if kind is not None:
-                    group, stream, prefix = groups[on]
-                    size = (
-                        alltoall_bytes
-                        if on == "ep"
-                        else counts_bytes
-                        if on == "ep_counts"
-                        else loss_gather_bytes
-                        if "F.head" in items
-                        else activation_bytes
-                    )
-                    collective = Collective(
-                        kind, f"{prefix}.{piece.label}", group, size, stream=stream, deps=(piece.label,)
-                    )
+                if kind is not None and on is not None:
+                    group, stream, tag = groups[on]
+                    size = costs.collective_bytes(on, items)
+                    collective = Collective(kind, tag(piece.label), group, size, stream=stream, deps=(piece.label,))
                     out.append(collective)
                     deps = (collective.label,)
             renamed[op.label] = piece.label
-            partial_grads = sequence_parallel or any(stage_layers(op.stage))
+            partial_grads = plan.sequence_parallel or any(stage_layers(op.stage))
             if layout.tp > 1 and partial_grads and last_backward[op.stage] == op.label:  # the stream is in order
                 sync = Collective(
                     "all_reduce",
-                    f"tp@d{d}.grads@{op.stage}",
+                    GradSync(d, op.stage),
                     groups["tp"][0],
-                    grad_sync_bytes(op.stage),
+                    costs.grad_sync_bytes(op.stage),
                     stream=TP_STREAM,
                     deps=(piece.label,),
                 )

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 
-from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from clustersim.schedules.ir import Collective, Compute, MessageTag, Op, Phase, Program, Recv, Send
+from clustersim.schedules.tags import CollectiveTag
 
 
 class ProgramError(ValueError):
@@ -31,7 +32,7 @@ def _where(rank: int, index: int, op: Op) -> str:
     return f"rank {rank}, op {index} ({op.label})"
 
 
-def _op_key(op: Compute) -> tuple[str, int | None, int]:
+def _op_key(op: Compute) -> tuple[Phase, int | None, int]:
     return op.phase, op.microbatch, op.stage
 
 
@@ -70,7 +71,7 @@ def _check_structure(program: Program) -> None:
 
 
 def _check_coverage_and_order(program: Program) -> None:
-    found: dict[tuple[str, int | None, int], tuple[int, int]] = {}
+    found: dict[tuple[Phase, int | None, int], tuple[int, int]] = {}
     for rank in program.ranks:
         seen: dict[str, Op] = {}
         for i, op in enumerate(program.ops[rank]):
@@ -87,10 +88,10 @@ def _check_coverage_and_order(program: Program) -> None:
                     continue
             if op.microbatch is not None and not 0 <= op.microbatch < program.num_microbatches:
                 raise ProgramError(f"{_where(rank, i, op)}: microbatch outside 0..{program.num_microbatches - 1}")
-            if op.phase == "B" and ("F", op.microbatch, op.stage) not in found:
+            if op.phase == Phase.B and (Phase.F, op.microbatch, op.stage) not in found:
                 raise ProgramError(f"{_where(rank, i, op)}: backward before its forward")
-            if op.phase == "OPT":
-                missing = [mb for mb in range(program.num_microbatches) if ("B", mb, op.stage) not in found]
+            if op.phase == Phase.OPT:
+                missing = [mb for mb in range(program.num_microbatches) if (Phase.B, mb, op.stage) not in found]
                 if missing:
                     raise ProgramError(
                         f"{_where(rank, i, op)}: optimizer step before backward B{missing[0]}@{op.stage}"
@@ -98,15 +99,15 @@ def _check_coverage_and_order(program: Program) -> None:
             found[key] = (rank, i)
     for stage in range(program.num_stages):
         for phase, mbs in (
-            ("F", range(program.num_microbatches)),
-            ("B", range(program.num_microbatches)),
-            ("OPT", [None]),
+            (Phase.F, range(program.num_microbatches)),
+            (Phase.B, range(program.num_microbatches)),
+            (Phase.OPT, [None]),
         ):
             for mb in mbs:
                 if (phase, mb, stage) not in found:
                     label = f"OPT@{stage}" if mb is None else f"{phase}{mb}@{stage}"
                     raise ProgramError(f"rank {program.stage_to_rank.get(stage)}: {label} is never run")
-    counts = defaultdict(int)
+    counts: dict[str, int] = defaultdict(int)
     for rank in program.ranks:
         for op in program.ops[rank]:
             if isinstance(op, Compute) and not op.part:
@@ -120,8 +121,10 @@ def _check_coverage_and_order(program: Program) -> None:
 def _check_piece(rank: int, i: int, op: Compute, seen: dict[str, Op]) -> None:
     """Piece k > 0 follows piece k-1 of the same op on the same stream (with anything between);
     `seen`: the rank's ops before op i, by label."""
+    if not op.part:
+        return
     before = seen.get(f"{_whole_label(op)}.{op.part - 1}")
-    if op.part and (before is None or before.stream != op.stream):
+    if before is None or before.stream != op.stream:
         raise ProgramError(
             f"{_where(rank, i, op)}: piece {op.part} does not follow piece {op.part - 1} on stream {op.stream}"
         )
@@ -133,9 +136,9 @@ def _check_chains(program: Program) -> None:
         index = {op.label: i for i, op in enumerate(ops)}
         ends = _ends(ops)
         for i, op in enumerate(ops):
-            if not isinstance(op, Compute) or op.phase == "OPT" or op.part:
+            if not isinstance(op, Compute) or op.phase == Phase.OPT or op.part:
                 continue
-            src = op.stage - 1 if op.phase == "F" else op.stage + 1
+            src = op.stage - 1 if op.phase == Phase.F else op.stage + 1
             if not 0 <= src < program.num_stages:
                 continue
             needed = f"{op.phase}{op.microbatch}@{src}"
@@ -145,7 +148,7 @@ def _check_chains(program: Program) -> None:
                 if not (same_stream_before or ends.get(needed, needed) in op.deps):
                     raise ProgramError(f"{_where(rank, i, op)}: runs before {needed}, whose output it consumes")
             elif f"RECV {needed}" not in op.deps:
-                what = "activation" if op.phase == "F" else "gradient"
+                what = "activation" if op.phase == Phase.F else "gradient"
                 raise ProgramError(
                     f"{_where(rank, i, op)}: does not wait for the {what} {needed} "
                     f"(needs a dependency on RECV {needed})"
@@ -153,7 +156,7 @@ def _check_chains(program: Program) -> None:
 
 
 def _check_p2p(program: Program) -> None:
-    recvs: dict[tuple[int, int, tuple], tuple[int, Recv]] = {}
+    recvs: dict[tuple[int, int, MessageTag], tuple[int, Recv]] = {}
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Recv):
@@ -169,7 +172,7 @@ def _check_p2p(program: Program) -> None:
                 raise ProgramError(
                     f"{_where(rank, i, op)}: sends the output of stage {stage}, which rank {rank} does not hold"
                 )
-            consumer = stage + 1 if phase == "F" else stage - 1
+            consumer = stage + 1 if phase == Phase.F else stage - 1
             expected = program.stage_to_rank.get(consumer)
             if op.peer != expected:
                 raise ProgramError(
@@ -195,7 +198,7 @@ def _check_p2p(program: Program) -> None:
 
 
 def _check_collectives(program: Program) -> None:
-    seen: dict[str, dict[int, tuple[int, Collective]]] = defaultdict(dict)
+    seen: dict[CollectiveTag, dict[int, tuple[int, Collective]]] = defaultdict(dict)
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Collective):
@@ -227,8 +230,8 @@ def _check_deadlock(program: Program) -> None:
         for op in program.ops[rank]:
             streams[(rank, op.stream)].append(op)
     done: dict[int, set[str]] = {rank: set() for rank in program.ranks}  # rank -> labels finished
-    sent: set[tuple[int, int, tuple]] = set()
-    joined: dict[str, set[int]] = defaultdict(set)  # collective tag -> members that reached it
+    sent: set[tuple[int, int, MessageTag]] = set()
+    joined: dict[CollectiveTag, set[int]] = defaultdict(set)  # collective tag -> members that reached it
     pos = dict.fromkeys(streams, 0)
     sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
     # rank -> label -> streams waiting for that op to finish (kept apart: checked after every op)
@@ -241,7 +244,6 @@ def _check_deadlock(program: Program) -> None:
         i = pos[key]
         while i < len(ops):
             op = ops[i]
-            kind = type(op)
             for dep in op.deps:
                 if dep not in mine:
                     break
@@ -250,7 +252,7 @@ def _check_deadlock(program: Program) -> None:
             if dep is not None:
                 on_mine.setdefault(dep, []).append(key)
                 break
-            if kind is Collective:
+            if isinstance(op, Collective):
                 group = joined[op.tag]
                 if rank not in group:
                     group.add(rank)
@@ -259,13 +261,13 @@ def _check_deadlock(program: Program) -> None:
                 if len(group) < len(members(op)):
                     sleepers[("joined", op.tag)].append(key)
                     break
-            elif kind is Recv and (op.peer, rank, op.tag) not in sent:
+            elif isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
                 sleepers[("sent", op.peer, rank, op.tag)].append(key)
                 break
             mine.add(op.label)
             if on_mine and op.label in on_mine:
                 ready.extend(on_mine.pop(op.label))
-            if kind is Send:
+            if isinstance(op, Send):
                 sent.add((rank, op.peer, op.tag))
                 if sleepers:
                     ready.extend(sleepers.pop(("sent", rank, op.peer, op.tag), ()))
@@ -290,4 +292,4 @@ def _blocker(program: Program, op: Op, done: set[str], joined: dict) -> str:
     if isinstance(op, Collective) and len(joined[op.tag]) < len(program.members(op)):
         missing = [r for r in program.members(op) if r not in joined[op.tag]]
         return f"ranks {', '.join(map(str, missing))} to join {op.label}"
-    return f"SEND {op.label[5:]} on rank {op.peer}"
+    return f"SEND {op.label[5:]} on rank {op.peer}" if isinstance(op, Recv) else "nothing it names"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from clustersim.schedules.grid import compute_grid, compute_order_json
-from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
+from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, rank_order, stage_ranks
 from clustersim.schedules.validate import ProgramError
 from clustersim.sim.scenario.loader import load_scenario, load_scenarios
 from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
@@ -75,9 +75,8 @@ def _schedule(args: argparse.Namespace) -> int:
             raise ScenarioError("(command line)", f"--{name}", f"must be >= 1, got {getattr(args, name)}")
     try:
         order = rank_order(args.kind, args.pp, args.microbatches, args.virtual)
-    except ValueError as exc:  # virtual > 1 on a one-stage-per-rank schedule, or m not a multiple of pp
-        flag = "--microbatches" if args.kind == "interleaved" else "--virtual"
-        raise ScenarioError("(command line)", flag, str(exc)) from None
+    except ScheduleError as exc:  # virtual > 1 on a one-stage-per-rank schedule, or m not a multiple of pp
+        raise ScenarioError("(command line)", f"--{exc.knob}", str(exc)) from None
     program = build_program(
         order,
         args.microbatches,

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
+from clustersim.schedules.ir import PIPELINE_PHASES
 from clustersim.sim.results.links import link_stats
 from clustersim.sim.results.memory import capacity_message
 from clustersim.sim.results.table import format_table
@@ -159,7 +160,7 @@ def terminal_summary(result: RunResult) -> str:
     s = result.summary
     busy = [0.0] * result.log.num_ranks
     for span in result.log.spans:
-        if span.phase in ("F", "B"):
+        if span.phase in PIPELINE_PHASES:
             busy[span.rank] += span.duration_s
     rows = [
         {

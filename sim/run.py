@@ -15,7 +15,7 @@ from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
 from clustersim.schedules.ir import Compute, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
-from clustersim.schedules.tensor_parallel import add_tensor_parallel
+from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.validate import validate
 from clustersim.sim.collectives.run import step_pairs
 from clustersim.sim.cost import compute as cost
@@ -37,6 +37,7 @@ from clustersim.sim.network.network import Network
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
 from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
+from clustersim.sim.numerics.plan import Sharding, TrainingStep
 from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
 from clustersim.sim.results.stragglers import straggler_summary
@@ -143,15 +144,15 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     program = add_tensor_parallel(
         Program.merge(replicas, images=representatives is not None),
         layout,
-        moe_layers.__getitem__,
-        layer_act,
-        p.sequence_parallel,
-        t.recompute == "full",
-        tensor_parallel_item_flops(scenario),
-        loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
-        grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
-        alltoall_bytes=alltoall_bytes(scenario),
-        counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
+        TensorParallelPlan(moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full"),
+        PieceCosts(
+            tensor_parallel_item_flops(scenario),
+            activation_bytes=layer_act,
+            loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
+            grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
+            alltoall_bytes=alltoall_bytes(scenario),
+            counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
+        ),
     )
     program = add_data_parallel(
         program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
@@ -202,19 +203,16 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else (),
     )
     placements = replica_placements(scenario)
-    full = scenario.training.recompute == "full"  # selective recompute changes no arithmetic of the shadow
+    step = TrainingStep(
+        scenario.num_microbatches,
+        n.micro_batch,
+        n.seed,
+        n.optimizer,
+        n.lr,
+        recompute_full=scenario.training.recompute == "full",  # selective changes no arithmetic of the shadow
+    )
     if p.dp == 1 and p.tp == 1:
-        return PipelineNumerics(
-            cfg,
-            p.num_stages,
-            scenario.num_microbatches,
-            n.micro_batch,
-            placements[0],
-            n.seed,
-            n.optimizer,
-            n.lr,
-            recompute_full=full,
-        )
+        return PipelineNumerics(cfg, placements[0], step)
     experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
     buckets = {
         (what, s): len(bucket_sizes(size, p.bucket))
@@ -224,17 +222,10 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     return DataParallelNumerics(
         cfg,
         placements,
-        scenario.num_microbatches,
-        n.micro_batch,
-        n.seed,
-        n.optimizer,
-        n.lr,
+        step,
         p.zero if p.dp > 1 else 0,
         buckets,
-        recompute_full=full,
-        tp=p.tp,
-        sequence_parallel=p.sequence_parallel,
-        ep=p.ep,
+        Sharding(tp=p.tp, sequence_parallel=p.sequence_parallel, ep=p.ep),
     )
 
 

@@ -20,11 +20,13 @@ BENCH_ONLY_GPUS = 1024  # above this a scenario runs only with --full
 
 
 def reduced(scenario):
-    """The fewest microbatches the schedule allows (pp for interleaved, 1 otherwise) above 32 GPUs."""
+    """The fewest microbatches the schedule allows (its registry entry says) above 32 GPUs."""
+    from clustersim.schedules.pipeline import SCHEDULES
+
     if scenario.num_gpus <= 32:
         return scenario
     p, t = scenario.parallel, scenario.training
-    microbatches = p.pp if scenario.schedule == "interleaved" else 1
+    microbatches = SCHEDULES[scenario.schedule].fewest_microbatches(scenario.schedule, p.pp, p.virtual)
     training = t.model_copy(update={"global_batch": t.micro_batch * p.dp * microbatches})
     return scenario.model_copy(update={"training": training})
 

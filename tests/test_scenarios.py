@@ -6,6 +6,7 @@ program of representatives is built and validated."""
 
 import pytest
 
+from clustersim.schedules.pipeline import SCHEDULES
 from clustersim.sim.run import make_program, simulate, symmetry_of
 from clustersim.sim.scenario.loader import load_scenarios
 
@@ -24,7 +25,7 @@ def reduced(scenario):
     if scenario.num_gpus <= 32:
         return scenario
     p, t = scenario.parallel, scenario.training
-    microbatches = p.pp if scenario.schedule == "interleaved" else 1
+    microbatches = SCHEDULES[scenario.schedule].fewest_microbatches(scenario.schedule, p.pp, p.virtual)
     training = t.model_copy(update={"global_batch": t.micro_batch * p.dp * microbatches})
     return scenario.model_copy(update={"training": training})
 

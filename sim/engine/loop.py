@@ -30,7 +30,8 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from clustersim.schedules.ir import Collective, Comm, Compute, Op, Program, Recv, Send
+from clustersim.schedules.tags import CollectiveTag
 from clustersim.sim.collectives.ops import unpack_pieces
 from clustersim.sim.collectives.run import apply_collective, run_collective, run_images
 from clustersim.sim.engine.records import EventLog, Span
@@ -147,7 +148,7 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
     spans: list[Span] = []
     waiting: dict[tuple[int, str], tuple[Op | None, str]] = {}  # (op, what it waits for), worded on deadlock
     ready: deque[Generator] = deque()  # walkers woken, in wake-up order
-    meetings: dict[str, tuple[dict[int, object], simpy.Event]] = {}  # collective tag -> (inputs, done)
+    meetings: dict[CollectiveTag, tuple[dict[int, object], simpy.Event]] = {}  # collective tag -> (inputs, done)
     # (src rank, dst rank, tag) -> (arrival, payload) once sent, or the _Done its receiver waits on
     mailbox: dict[tuple, tuple | _Done] = {}
 
@@ -289,17 +290,17 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                     t = letter[0]
                 if numerics is not None:
                     numerics.receive(rank, op, letter[1])
-                record(_span(Span, (rank, stream, label, "RECV", op.tag[1], op.tag[2], start, t, op.nbytes, 0.0)))
+                record(_span(Span, (rank, stream, label, Comm.RECV, op.tag[1], op.tag[2], start, t, op.nbytes, 0.0)))
             elif kind is Send and op.nbytes <= 0:  # a signal: no bandwidth, so it runs ahead too
                 payload = numerics.send_payload(rank, op) if numerics is not None else None
                 start = t
                 t += network.signal(gpu, rank_to_gpu[op.peer], t, stream_prefix + label + route_text[op.peer])
                 post((rank, op.peer, op.tag), t, payload)
-                record(_span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, t, 0.0, 0.0)))
+                record(_span(Span, (rank, stream, label, Comm.SEND, op.tag[1], op.tag[2], start, t, 0.0, 0.0)))
             elif kind is Collective and (recording := alone(op)) is not None:  # replayed on its own: runs ahead
                 start, t = t, t + recording.duration_s
                 network.replay(recording, start, stream_prefix + label)
-                record(_span(Span, (rank, stream, label, op.kind.upper(), None, None, start, t, op.nbytes, 0.0)))
+                record(_span(Span, (rank, stream, label, op.comm, None, None, start, t, op.nbytes, 0.0)))
             else:  # the network and collectives work on SimPy's clock: catch up first
                 if t > env.now:
                     yield env.timeout(t - env.now)
@@ -309,9 +310,7 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                     outputs = yield meet(rank, op)
                     if numerics is not None:
                         numerics.collective_output(rank, op, outputs[rank])
-                    record(
-                        _span(Span, (rank, stream, label, op.kind.upper(), None, None, start, env.now, op.nbytes, 0.0))
-                    )
+                    record(_span(Span, (rank, stream, label, op.comm, None, None, start, env.now, op.nbytes, 0.0)))
                 else:
                     payload = numerics.send_payload(rank, op) if numerics is not None else None
                     waiting[me] = (op, "in flight")
@@ -325,7 +324,9 @@ def _run(program, network, compute_time_s, rank_to_gpu, numerics, on_progress, s
                         )
                     post((rank, op.peer, op.tag), env.now, payload)
                     record(
-                        _span(Span, (rank, stream, label, "SEND", op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0))
+                        _span(
+                            Span, (rank, stream, label, Comm.SEND, op.tag[1], op.tag[2], start, env.now, op.nbytes, 0.0)
+                        )
                     )
                 t = env.now
             done = done_of.get(label)

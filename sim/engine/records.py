@@ -8,20 +8,21 @@ import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from clustersim.schedules.ir import Phase, SpanPhase
 from clustersim.sim.network.records import FlowTable, LinkStats
 
 
 class Span(NamedTuple):
     """One op on one rank's stream, from when it started to when it finished (seconds).
 
-    `phase` is "F", "B", "OPT" for compute, "SEND"/"RECV" for point-to-point; `microbatch` and
-    `stage` are None where they do not apply.
+    `phase` is a Phase (F, B, OPT, ...) for compute, a Comm for communication (SEND, RECV, or a
+    collective's kind in capitals); `microbatch` and `stage` are None where they do not apply.
     """
 
     rank: int
     stream: str
     label: str
-    phase: str
+    phase: SpanPhase
     microbatch: int | None
     stage: int | None
     start_s: float
@@ -61,13 +62,13 @@ class EventLog:
         return max((s.end_s for s in self.spans), default=0.0)
 
     @functools.cached_property
-    def whole_ops(self) -> dict[tuple[int, str, int, int], tuple[float, float]]:
+    def whole_ops(self) -> dict[tuple[int, SpanPhase, int | None, int | None], tuple[float, float]]:
         """(rank, phase, stage, microbatch) -> (start, end) of each forward and backward, its pieces
         (tensor parallelism cuts an op at its collectives) taken together: first start, last end.
         A stream runs its pieces in order, so the first piece seen starts the op, the last ends it."""
-        ops: dict[tuple[int, str, int, int], tuple[float, float]] = {}
+        ops: dict[tuple[int, SpanPhase, int | None, int | None], tuple[float, float]] = {}
         for span in self.spans:
-            if span.phase == "F" or span.phase == "B":
+            if span.phase == Phase.F or span.phase == Phase.B:
                 key = (span.rank, span.phase, span.stage, span.microbatch)
                 first = ops.get(key)
                 ops[key] = (span.start_s if first is None else first[0], span.end_s)

@@ -1,5 +1,5 @@
-"""A Mixture-of-Experts FFN in numpy with hand-written backward: the single-device reference and
-the expert-parallel shard that moves tokens by all_to_all.
+"""A Mixture-of-Experts FFN in numpy with hand-written backward: routing, the experts and the
+single-device reference (the expert-parallel shard is sim/numerics/expert_parallel.py).
 
 Routing is per group of T tokens x (T, h): one (rank, microbatch), flattened in (b, s) order.
 
@@ -31,7 +31,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from clustersim.sim.collectives.ops import Pieces
 from clustersim.sim.numerics.layers import INIT_STD, mlp_backward, mlp_forward
 
 MLP_PARAMS = ("fc.w", "fc.b", "proj.w", "proj.b")
@@ -85,8 +84,13 @@ def experts_of_rank(rank: int, num_experts: int, ep: int) -> range:
 
 def moe_param_shapes(name: str, hidden: int, ffn: int, num_experts: int, shared: bool) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape, in init order: gate, experts 0..E-1, then the shared expert."""
-    mlp = {"fc.w": (hidden, ffn), "fc.b": (ffn,), "proj.w": (ffn, hidden), "proj.b": (hidden,)}
-    shapes = {f"{name}.gate.w": (hidden, num_experts)}
+    mlp: dict[str, tuple[int, ...]] = {
+        "fc.w": (hidden, ffn),
+        "fc.b": (ffn,),
+        "proj.w": (ffn, hidden),
+        "proj.b": (hidden,),
+    }
+    shapes: dict[str, tuple[int, ...]] = {f"{name}.gate.w": (hidden, num_experts)}
     for owner in [f"expert{e}" for e in range(num_experts)] + (["shared"] if shared else []):
         shapes.update({f"{name}.{owner}.{suffix}": shape for suffix, shape in mlp.items()})
     return shapes
@@ -164,7 +168,7 @@ def route(
     )
 
 
-def _route_group(p, name, x2d, cfg: MoEConfig) -> Routing:
+def route_group(p, name, x2d, cfg: MoEConfig) -> Routing:
     w_gate = p[f"{name}.gate.w"]
     if w_gate.shape[1] != cfg.num_experts:
         raise ValueError(f"{name}.gate.w has {w_gate.shape[1]} experts, the config {cfg.num_experts}")
@@ -194,7 +198,7 @@ def experts_backward(drows, cache):
     return np.concatenate(dxs), grads
 
 
-def _combine(p, name, x2d, routing: Routing, out, cfg: MoEConfig):
+def combine(p, name, x2d, routing: Routing, out, cfg: MoEConfig):
     """At the tokens' source: y_t = sum of w * (expert output rows, slot order) + shared(x_t)."""
     y = np.zeros_like(x2d)  # (T, h)
     np.add.at(y, routing.slot_tokens, routing.slot_weights[:, None] * out)
@@ -205,7 +209,7 @@ def _combine(p, name, x2d, routing: Routing, out, cfg: MoEConfig):
     return y, (name, x2d, p[f"{name}.gate.w"], routing, out, cfg, c_shared)
 
 
-def _combine_backward(dy, cache):
+def combine_backward(dy, cache):
     """dL/d(expert output rows) = w dy_t, and dx, grads of the gate path (and the shared expert).
 
     dw = <dy_t, out> for admitted rows, 0 for dropped ones; normalize (w_i = P_i / S):
@@ -247,11 +251,11 @@ def moe_forward(p, name, x, cfg: MoEConfig):
     ys, caches = [], []
     for lo in range(0, len(x2d), size):
         group = x2d[lo : lo + size]  # (G, h)
-        routing = _route_group(p, name, group, cfg)
+        routing = route_group(p, name, group, cfg)
         out, c_experts = experts_forward(
             p, name, range(cfg.num_experts), group[routing.slot_tokens], routing.tokens_per_expert
         )  # (A, h)
-        y, c_source = _combine(p, name, group, routing, out, cfg)
+        y, c_source = combine(p, name, group, routing, out, cfg)
         ys.append(y)
         caches.append((routing, c_source, c_experts))
     return np.concatenate(ys).reshape(b, s, h), caches
@@ -263,7 +267,7 @@ def moe_backward(dout, caches):
     dxs, grads, lo = [], {}, 0
     for routing, c_source, c_experts in caches:
         hi = lo + len(routing.probs)
-        dx, drows, g = _combine_backward(d2d[lo:hi], c_source)  # (G, h), (A, h)
+        dx, drows, g = combine_backward(d2d[lo:hi], c_source)  # (G, h), (A, h)
         dxrows, g_experts = experts_backward(drows, c_experts)  # (A, h)
         np.add.at(dx, routing.slot_tokens, dxrows)
         dxs.append(dx)
@@ -271,105 +275,6 @@ def moe_backward(dout, caches):
             grads[n] = grads[n] + value if n in grads else value
         lo = hi
     return np.concatenate(dxs).reshape(dout.shape), grads
-
-
-# ---- expert parallelism ---------------------------------------------------------------------------
-
-
-def _expert_major(arrived: np.ndarray) -> np.ndarray:
-    """Arrival positions of the received rows, reordered from (source, expert, priority) to
-    (expert, source, priority); arrived[src, e] = rows from src for local expert e."""
-    starts = (np.cumsum(arrived) - arrived.reshape(-1)).reshape(arrived.shape)  # (ep, epr)
-    sources, local_experts = arrived.shape
-    return np.concatenate(
-        [
-            np.arange(starts[src, e], starts[src, e] + arrived[src, e])
-            for e in range(local_experts)
-            for src in range(sources)
-        ]
-    )
-
-
-class ExpertParallelMoE:
-    """One EP rank: its tokens' group, its experts (`experts_of_rank`), a replica of W_gate and of
-    the shared expert. Expert grads are complete on the owning rank; W_gate and shared-expert
-    grads are this rank's partials, which the caller sums over the EP ranks. (Under tensor
-    parallelism each TP rank runs this on its share of the tokens, so every grad here is also a
-    partial over the TP ranks: TensorParallelStage.grad_sync sums them.)
-
-    `forward(x)` and `backward(dout)` are generators; each exchange is
-    `received = yield ("all_to_all", send)` with `received` the pieces 0->r, ..., (n-1)->r
-    (sim.collectives.ops). `send` is the counts (cut evenly), or `Pieces(flat, counts_row, shares)`:
-    counts_row[j] elements go to rank j and shares[j] is that piece's size as a fraction of the
-    exchange's even-routing size (rows to j / the group's nominal rows, `MoEConfig.nominal_rows`),
-    which lets a timed run size each piece by the real routing. The combines (3 and 5) are
-    `yield ("all_to_all", send, work)`: the rows this rank's experts just processed over their
-    even share, how much longer than the cost model's estimate the experts took. In order:
-
-      forward  1. counts   (int64) to rank j: this group's admitted rows for each of j's experts.
-                           Element counts alone cannot say which local expert a row is for, so the
-                           receiver learns its (source, expert) row counts from this small exchange
-                           first. Megatron-core's all_to_all dispatcher gets the same numbers by an
-                           all-gather of every rank's per-expert counts, then regroups arrivals by
-                           expert (its sort_chunks_by_idxs, our `_expert_major`).
-               2. dispatch x rows to their experts' ranks, in (expert, priority) order
-               3. combine  expert outputs back, in arrival order; weighted and summed at the source
-      backward 4. dispatch dL/d(expert output) rows, cut as in 2
-               5. combine  dL/d(expert input) rows, cut as in 3 (the counts of 1 are reused)
-
-    One forward may be pending at a time: backward consumes it.
-    """
-
-    def __init__(self, p, name: str, cfg: MoEConfig, ep: int, rank: int):
-        self.name, self.cfg, self.ep, self.rank = name, cfg, ep, rank
-        self.experts = experts_of_rank(rank, cfg.num_experts, ep)
-        owners = [f"expert{e}" for e in self.experts] + (["shared"] if cfg.shared else [])
-        names = [f"{name}.gate.w"] + [f"{name}.{o}.{suffix}" for o in owners for suffix in MLP_PARAMS]
-        self.params = {n: p[n] for n in names}
-        self._pending = None
-
-    def forward(self, x):
-        """Generator of exchanges 1-3; returns y (b, s, h) for this rank's tokens x (b, s, h)."""
-        if self._pending is not None:
-            raise RuntimeError(f"EP rank {self.rank}: a second forward before the backward of the first")
-        b, s, h = x.shape
-        x2d = x.reshape(-1, h)  # (T, h)
-        if self.cfg.group_tokens not in (None, len(x2d)):
-            raise ValueError(f"EP rank {self.rank}: {len(x2d)} tokens, but routing groups of {self.cfg.group_tokens}")
-        nominal = self.cfg.nominal_rows(len(x2d))
-        routing = _route_group(self.params, self.name, x2d, self.cfg)
-        per_rank = routing.tokens_per_expert.reshape(self.ep, -1)  # (ep, epr): rows for each rank's experts
-        received = yield ("all_to_all", per_rank.reshape(-1).astype(np.int64))
-        arrived = received.reshape(self.ep, -1)  # (ep, epr): rows from each source for each local expert
-        send = (per_rank.sum(axis=1) * h, per_rank.sum(axis=1) / nominal)  # (counts, shares) per destination
-        back = (arrived.sum(axis=1) * h, arrived.sum(axis=1) / nominal)
-        received = yield ("all_to_all", Pieces(x2d[routing.slot_tokens].reshape(-1), *send))
-        order = _expert_major(arrived)
-        out, c_experts = experts_forward(
-            self.params, self.name, self.experts, received.reshape(-1, h)[order], arrived.sum(axis=0)
-        )  # (R, h), expert-major
-        in_arrival_order = np.empty_like(out)
-        in_arrival_order[order] = out
-        work = arrived.sum() / nominal
-        out = yield ("all_to_all", Pieces(in_arrival_order.reshape(-1), *back), work)
-        y, c_source = _combine(self.params, self.name, x2d, routing, out.reshape(-1, h), self.cfg)
-        self._pending = (routing, c_source, c_experts, order, send, back, work)
-        return y.reshape(b, s, h)
-
-    def backward(self, dout):
-        """Generator of exchanges 4-5; returns (dx (b, s, h), grads of this rank's parameters)."""
-        if self._pending is None:
-            raise RuntimeError(f"EP rank {self.rank}: backward without a forward")
-        (routing, c_source, c_experts, order, send, back, work), self._pending = self._pending, None
-        h = dout.shape[-1]
-        dx, drows, grads = _combine_backward(dout.reshape(-1, h), c_source)  # (T, h), (A, h)
-        received = yield ("all_to_all", Pieces(drows.reshape(-1), *send))
-        dxrows, g_experts = experts_backward(received.reshape(-1, h)[order], c_experts)  # (R, h), expert-major
-        in_arrival_order = np.empty_like(dxrows)
-        in_arrival_order[order] = dxrows
-        dxrows = yield ("all_to_all", Pieces(in_arrival_order.reshape(-1), *back), work)
-        np.add.at(dx, routing.slot_tokens, dxrows.reshape(-1, h))
-        return dx.reshape(dout.shape), grads | g_experts
 
 
 def routing_summary(routings: list[Routing], num_experts: int) -> dict:
@@ -387,17 +292,3 @@ def routing_summary(routings: list[Routing], num_experts: int) -> dict:
         "hottest_expert": int(np.argmax(admitted)),
         "hottest_expert_share": float(admitted.max() / admitted.sum()) if admitted.sum() else 0.0,
     }
-
-
-def traffic_matrix(routings: list[Routing], ep: int, experts_per_rank: int, bytes_per_token: float) -> np.ndarray:
-    """Dispatch bytes (ep, ep): [i, j] = admitted rows of rank i's group for rank j's experts times
-    bytes_per_token (the diagonal stays on its rank). The combine moves the transpose."""
-    if len(routings) != ep:
-        raise ValueError(f"{len(routings)} routings for ep = {ep} ranks")
-    for rank, r in enumerate(routings):
-        if r.tokens_per_expert.size != ep * experts_per_rank:
-            raise ValueError(
-                f"rank {rank}: {r.tokens_per_expert.size} experts != ep ({ep}) x experts_per_rank ({experts_per_rank})"
-            )
-    rows = np.array([r.tokens_per_expert.reshape(ep, experts_per_rank).sum(axis=1) for r in routings])  # (ep, ep)
-    return rows * float(bytes_per_token)

@@ -1,6 +1,6 @@
 """What the engine calls to really run a pipeline schedule's math on the shadow model.
 
-Each rank has a store `tag -> array`, tag = (phase "F"|"B", microbatch, producer stage): forward
+Each rank has a store `tag -> array`, tag = MessageTag(phase F | B, microbatch, producer stage): forward
 F{j}@{s} is stage s's output activation for microbatch j, B{j}@{s} the gradient w.r.t. stage s's
 input. Compute ops read their input from the store (popping it, so it is used once) and write
 their output to it; sends read the store, receives write it. A schedule that reads a tensor
@@ -10,49 +10,23 @@ before it was produced or delivered fails with the rank, the op and the missing 
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import numpy as np
 
+from clustersim.schedules.ir import Collective, Compute, MessageTag, Phase, Recv, Send
+from clustersim.schedules.tags import GradSync
 from clustersim.sim.numerics.moe import routing_summary
-from clustersim.sim.numerics.optim import make_optimizer
-from clustersim.sim.numerics.reference import reference_step
+from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
+from clustersim.sim.numerics.plan import UNSHARDED, Sharding, TrainingStep, make_batch
+from clustersim.sim.numerics.reference import max_errors, reference_step
 from clustersim.sim.numerics.stages import StageModel
 from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
 from clustersim.sim.numerics.transformer import ShadowConfig, init_params
 
-DATA_STREAM = 1  # data come from default_rng([seed, DATA_STREAM]); parameters from default_rng(seed)
-
-
-def make_batch(cfg: ShadowConfig, seed: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic random token sequences and their next-token targets, each (rows, seq_len)."""
-    seq = np.random.default_rng([seed, DATA_STREAM]).integers(0, cfg.vocab, size=(rows, cfg.seq_len + 1))
-    return seq[:, :-1].copy(), seq[:, 1:].copy()  # (rows, s), (rows, s)
-
-
-def _tag_text(tag) -> str:
-    phase, mb, stage = tag
-    return f"{phase}{mb}@{stage}"
-
-
-def max_errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(max_abs_err, max_rel_err) over the names in `got`:
-
-        max_abs_err = max_name max_i |a_i - b_i|
-        max_rel_err = max_name max_i |a_i - b_i| / max(max_i |b_i|, tiny)
-
-    with a = got[name], b = want[name] and tiny the dtype's smallest normal number, i.e. each
-    tensor's worst error relative to that tensor's largest reference entry."""
-    abs_err = rel_err = 0.0
-    for name, a in got.items():
-        b = want[name]
-        err = float(np.max(np.abs(a - b))) if np.isfinite(a).all() else np.inf
-        abs_err = max(abs_err, err)
-        rel_err = max(rel_err, err / max(float(np.max(np.abs(b))), float(np.finfo(b.dtype).tiny)))
-    return abs_err, rel_err
-
-
-def _is_grad_sync(op) -> bool:
-    """The tensor-parallel sum of replicated gradients before the step (tag tp@d{d}.grads@{stage})."""
-    return ".grads@" in op.tag
+Request = tuple  # what a stage generator yields: (kind, this rank's input[, work])
+Running = tuple[str, Generator[Request, Any, Any], Request | None]  # (op label, generator, its request)
 
 
 class PipelineNumerics:
@@ -61,90 +35,67 @@ class PipelineNumerics:
     def __init__(
         self,
         cfg: ShadowConfig,
-        num_stages: int,
-        num_microbatches: int,
-        micro_batch_size: int,
         stage_to_rank: dict[int, int],
-        seed: int,
-        optimizer: str = "adam",
-        lr: float = 1e-3,
+        step: TrainingStep,
+        sharding: Sharding = UNSHARDED,
         data: tuple[np.ndarray, np.ndarray] | None = None,
-        recompute_full: bool = False,
-        tp: int = 1,
-        tp_rank: int = 0,
-        sequence_parallel: bool = False,
-        ep: int = 1,
-        ep_rank: int = 0,
     ):
-        """`data`: (tokens, targets), each (num_microbatches x micro_batch_size, seq_len), when the
-        batch is a slice of a larger one (a data-parallel replica's); default: drawn from `seed`.
-        With `tp` > 1 this pipeline is tensor-parallel rank `tp_rank` of its group: its stages hold
-        that rank's shards, and each forward and backward runs piece by piece (ops with `part`),
-        its tensor-parallel collectives (on the "tp" stream) carrying the pieces' partial results.
-        With `ep` > 1 it is expert-parallel rank `ep_rank` of its MoE layers' groups: it holds
-        that rank's experts, and its tokens travel to them by all_to_all (on the "ep" stream)."""
-        if num_microbatches < 1 or micro_batch_size < 1:
-            raise ValueError(
-                f"num_microbatches ({num_microbatches}) and micro_batch_size ({micro_batch_size}) must be >= 1"
-            )
+        """`stage_to_rank` places stages 0..S-1. `data`: (tokens, targets), each (step.rows,
+        seq_len), when the batch is a slice of a larger one (a data-parallel replica's); default:
+        drawn from the step's seed. With tp > 1 this pipeline is tensor-parallel rank
+        `sharding.tp_rank` of its group: its stages hold that rank's shards, and each forward and
+        backward runs piece by piece (ops with `part`), its tensor-parallel collectives (on the
+        "tp" stream) carrying the pieces' partial results. With ep > 1 it is expert-parallel rank
+        `sharding.ep_rank` of its MoE layers' groups: it holds that rank's experts, and its tokens
+        travel to them by all_to_all (on the "ep" stream)."""
+        num_stages = len(stage_to_rank)
         if set(stage_to_rank) != set(range(num_stages)):
             raise ValueError(f"stage_to_rank covers stages {sorted(stage_to_rank)}, expected 0..{num_stages - 1}")
         self.cfg = cfg
+        self.step = step
         self.num_stages = num_stages
-        self.num_microbatches = num_microbatches
-        self.micro_batch_size = micro_batch_size
+        self.num_microbatches = step.num_microbatches
+        self.micro_batch_size = step.micro_batch_size
         self.stage_to_rank = dict(stage_to_rank)
-        self.seed = seed
-        self.optimizer = optimizer
-        self.lr = lr
-        self.tokens, self.targets = data or make_batch(cfg, seed, num_microbatches * micro_batch_size)  # (m*b, s)
-        params = init_params(cfg, seed)
-        self.tp = tp
-        self.in_pieces = tp > 1 or ep > 1  # stages run as generators that yield their collectives
+        self.tokens, self.targets = data or make_batch(cfg, step.seed, step.rows)  # (m*b, s)
+        params = init_params(cfg, step.seed)
+        self.in_pieces = sharding.in_pieces  # stages run as generators that yield their collectives
+        self.stages: list[StageModel] | list[TensorParallelStage]
         if self.in_pieces:
             self.stages = [
-                TensorParallelStage(
-                    cfg,
-                    s,
-                    num_stages,
-                    params,
-                    num_microbatches,
-                    tp,
-                    tp_rank,
-                    sequence_parallel,
-                    recompute_full,
-                    ep=ep,
-                    ep_rank=ep_rank,
-                )
+                TensorParallelStage(cfg, s, num_stages, params, step.num_microbatches, sharding, step.recompute_full)
                 for s in range(num_stages)
             ]
         else:
             self.stages = [
-                StageModel(cfg, s, num_stages, params, num_microbatches, recompute_full) for s in range(num_stages)
+                StageModel(cfg, s, num_stages, params, step.num_microbatches, step.recompute_full)
+                for s in range(num_stages)
             ]
-        self.running: dict[int, tuple[str, object, tuple]] = {}  # rank -> (op label, generator, its request)
+        self.running: dict[int, Running] = {}  # rank -> the op in progress
         self.answers: dict[int, np.ndarray] = {}  # rank -> the collective result its next piece resumes with
-        self.syncs: dict[tuple[int, str], object] = {}  # (rank, tag) -> a gradient sum waiting for its result
-        self.optimizers = [make_optimizer(optimizer, lr) for _ in range(num_stages)]
+        self.syncs: dict[
+            tuple[int, GradSync], Generator[Request, np.ndarray, None]
+        ] = {}  # (rank, tag) -> a gradient sum awaiting its result
+        self.optimizers: list[Adam | SGD] = [make_optimizer(step.optimizer, step.lr) for _ in range(num_stages)]
         self.stepped: set[int] = set()
-        self.store: dict[int, dict[tuple, np.ndarray]] = {rank: {} for rank in sorted(set(stage_to_rank.values()))}
+        self.store: dict[int, dict[MessageTag, np.ndarray]] = {rank: {} for rank in sorted(set(stage_to_rank.values()))}
 
     def _microbatch(self, data: np.ndarray, mb: int) -> np.ndarray:
         b = self.micro_batch_size
         return data[mb * b : (mb + 1) * b]  # (b, s)
 
-    def _rank_store(self, rank: int) -> dict[tuple, np.ndarray]:
+    def _rank_store(self, rank: int) -> dict[MessageTag, np.ndarray]:
         if rank not in self.store:
             raise RuntimeError(f"rank {rank} holds no pipeline stage (stage_to_rank: {self.stage_to_rank})")
         return self.store[rank]
 
-    def _take(self, rank: int, op, tag, what: str) -> np.ndarray:
+    def _take(self, rank: int, op: Compute, tag: MessageTag, what: str) -> np.ndarray:
         store = self._rank_store(rank)
         if tag not in store:
-            raise RuntimeError(f"rank {rank}, {op.label}: {what} {_tag_text(tag)} used before it arrived")
+            raise RuntimeError(f"rank {rank}, {op.label}: {what} {tag} used before it arrived")
         return store.pop(tag)
 
-    def run_compute(self, rank: int, op) -> bool:
+    def run_compute(self, rank: int, op: Compute) -> bool:
         """Run F, B or OPT of `op.stage` (for `op.microbatch`) on `rank`'s store; for a piece of a
         tensor-parallel op, run the op up to its next collective. True when the whole op is done."""
         s, mb = op.stage, op.microbatch
@@ -158,18 +109,20 @@ class PipelineNumerics:
         if op.part:
             return self._resume(rank, op, self.answers.pop(rank, None))
         stage = self.stages[s]
-        if op.phase == "F":
+        run: Any
+        if op.phase == Phase.OPT:
+            self._step(rank, op, s)
+            return True
+        assert mb is not None  # a forward or backward names its microbatch (schedules.validate)
+        if op.phase == Phase.F:
             if stage.is_first:
                 inp = self._microbatch(self.tokens, mb)  # (b, s)
             else:
-                inp = self._take(rank, op, ("F", mb, s - 1), "activation")  # (b, s, h) or its sequence chunk
+                inp = self._take(rank, op, MessageTag(Phase.F, mb, s - 1), "activation")  # (b, s, h) or its chunk
             run = stage.forward(mb, inp, self._microbatch(self.targets, mb) if stage.is_last else None)
-        elif op.phase == "B":
-            dout = None if stage.is_last else self._take(rank, op, ("B", mb, s + 1), "gradient")
+        elif op.phase == Phase.B:
+            dout = None if stage.is_last else self._take(rank, op, MessageTag(Phase.B, mb, s + 1), "gradient")
             run = stage.backward(mb, dout)
-        elif op.phase == "OPT":
-            self._step(rank, op, s)
-            return True
         else:
             raise RuntimeError(f"rank {rank}, {op.label}: unknown phase {op.phase!r}")
         if not self.in_pieces:  # `run` is the result
@@ -187,15 +140,14 @@ class PipelineNumerics:
         self.running[rank] = (op.label.rpartition(".")[0], run, None)
         return self._resume(rank, op, None)
 
-    def _keep(self, rank: int, op, result) -> None:
+    def _keep(self, rank: int, op: Compute, result: np.ndarray) -> None:
         """Store a finished forward's output or backward's input gradient for the next stage."""
         stage = self.stages[op.stage]
-        if op.phase == "F" and not stage.is_last:
-            self._rank_store(rank)[("F", op.microbatch, op.stage)] = result
-        elif op.phase == "B" and not stage.is_first:
-            self._rank_store(rank)[("B", op.microbatch, op.stage)] = result
+        assert op.microbatch is not None
+        if (op.phase == Phase.F and not stage.is_last) or (op.phase == Phase.B and not stage.is_first):
+            self._rank_store(rank)[MessageTag(op.phase, op.microbatch, op.stage)] = result
 
-    def _resume(self, rank: int, op, answer) -> bool:
+    def _resume(self, rank: int, op: Compute, answer: np.ndarray | None) -> bool:
         """Run the rank's op in pieces up to its next collective (parked as its request)."""
         if rank not in self.running or self.running[rank][0] != op.label.rpartition(".")[0]:
             raise RuntimeError(
@@ -213,18 +165,20 @@ class PipelineNumerics:
         self.running[rank] = (whole, run, request)
         return False
 
-    def work(self, rank: int, op) -> float:
+    def work(self, rank: int, op: Compute) -> float:
         """The piece just run's work over the cost model's estimate: an MoE experts piece's rows
         over its even share (the exchange ending it says), else 1.0."""
         request = self.running[rank][2] if op.part is not None and rank in self.running else None
         return request[2] if request is not None and len(request) > 2 else 1.0
 
-    def tensor_parallel_input(self, rank: int, op) -> np.ndarray:
+    def tensor_parallel_input(self, rank: int, op: Collective) -> np.ndarray:
         """This rank's input to the tensor-parallel collective `op`: what its op in progress asked
-        for, or (tag ...grads@{stage}) the replicated parameters' gradients to sum before the step."""
-        if _is_grad_sync(op):
-            sync = self.stages[int(op.tag.rpartition("@")[2])].grad_sync()
-            kind, flat = next(sync)
+        for, or (a GradSync) the replicated parameters' gradients to sum before the step."""
+        if isinstance(op.tag, GradSync):
+            stage = self.stages[op.tag.stage]
+            assert isinstance(stage, TensorParallelStage)  # a gradient sum needs a tensor-parallel group
+            sync = stage.grad_sync()
+            _, flat = next(sync)
             self.syncs[(rank, op.tag)] = sync
             return flat
         whole, _, request = self.running.get(rank, ("nothing", None, None))
@@ -235,10 +189,10 @@ class PipelineNumerics:
             )
         return request[1]
 
-    def tensor_parallel_output(self, rank: int, op, result: np.ndarray) -> None:
+    def tensor_parallel_output(self, rank: int, op: Collective, result: np.ndarray) -> None:
         """The collective's result: the answer the op's next piece resumes with; a gradient sum is
         written into the gradients at once."""
-        if not _is_grad_sync(op):
+        if not isinstance(op.tag, GradSync):
             self.answers[rank] = result
             return
         try:
@@ -247,7 +201,7 @@ class PipelineNumerics:
             return
         raise RuntimeError(f"rank {rank}, {op.label}: the gradient sum asked for a second collective")
 
-    def _step(self, rank: int, op, s: int) -> None:
+    def _step(self, rank: int, op: Compute, s: int) -> None:
         stage = self.stages[s]
         if s in self.stepped:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} took its optimizer step twice")
@@ -256,18 +210,18 @@ class PipelineNumerics:
         self.optimizers[s].step(stage.params, stage.grads)
         self.stepped.add(s)
 
-    def send_payload(self, rank: int, op) -> np.ndarray:
-        """The array `op` (a Send) carries; it stays in the sender's store."""
+    def send_payload(self, rank: int, op: Send) -> np.ndarray:
+        """The array `op` carries; it stays in the sender's store."""
         store = self._rank_store(rank)
         if op.tag not in store:
-            raise RuntimeError(f"rank {rank}, {op.label}: {_tag_text(op.tag)} sent before it was computed")
+            raise RuntimeError(f"rank {rank}, {op.label}: {MessageTag(*op.tag)} sent before it was computed")
         return store[op.tag]
 
-    def receive(self, rank: int, op, payload: np.ndarray) -> None:
-        """Deliver `payload` for `op` (a Recv) into `rank`'s store."""
+    def receive(self, rank: int, op: Recv, payload: np.ndarray) -> None:
+        """Deliver `payload` for `op` into `rank`'s store."""
         store = self._rank_store(rank)
         if op.tag in store:
-            raise RuntimeError(f"rank {rank}, {op.label}: {_tag_text(op.tag)} received while an unused copy is held")
+            raise RuntimeError(f"rank {rank}, {op.label}: {MessageTag(*op.tag)} received while an unused copy is held")
         store[op.tag] = payload
 
     def finish(self) -> dict:
@@ -281,8 +235,9 @@ class PipelineNumerics:
         for stage in self.stages:
             if held := stage.pending_microbatches():
                 raise RuntimeError(f"stage {stage.stage}: caches of microbatches {held} were never freed")
+        step = self.step
         ref = reference_step(
-            self.cfg, init_params(self.cfg, self.seed), self.tokens, self.targets, self.optimizer, self.lr
+            self.cfg, init_params(self.cfg, step.seed), self.tokens, self.targets, step.optimizer, step.lr
         )
         params = {name: value for stage in self.stages for name, value in stage.params.items()}
         grads = {name: value for stage in self.stages for name, value in stage.grads.items()}

@@ -1,4 +1,5 @@
-"""The single-device reference: the whole batch through the unsplit model, then one optimizer step.
+"""The single-device reference: the whole batch through the unsplit model, then one optimizer step,
+and the measure a parallel run is held to against it (`max_errors`).
 
 All m microbatches of b rows are concatenated into one (m b, s) batch. Since every microbatch has
 the same number of tokens, the mean token loss of the whole batch equals the mean over
@@ -33,3 +34,20 @@ def reference_step(
     updated = {name: value.copy() for name, value in params.items()}
     make_optimizer(optimizer, lr).step(updated, grads)
     return ReferenceResult(updated, grads, loss, moe_routings(tape))
+
+
+def max_errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(max_abs_err, max_rel_err) over the names in `got`:
+
+        max_abs_err = max_name max_i |a_i - b_i|
+        max_rel_err = max_name max_i |a_i - b_i| / max(max_i |b_i|, tiny)
+
+    with a = got[name], b = want[name] and tiny the dtype's smallest normal number, i.e. each
+    tensor's worst error relative to that tensor's largest reference entry."""
+    abs_err = rel_err = 0.0
+    for name, a in got.items():
+        b = want[name]
+        err = float(np.max(np.abs(a - b))) if np.isfinite(a).all() else np.inf
+        abs_err = max(abs_err, err)
+        rel_err = max(rel_err, err / max(float(np.max(np.abs(b))), float(np.finfo(b.dtype).tiny)))
+    return abs_err, rel_err

@@ -9,6 +9,8 @@ dL/dW_s = sum_j (dy_{j,s}/dW_s)^T dL/dy_{j,s}.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from clustersim.sim.numerics.transformer import ShadowConfig, layer_param_shapes, model_backward, model_forward
@@ -45,7 +47,7 @@ class StageChecks:
     stage: int
     num_microbatches: int
     is_last: bool
-    _tapes: dict[int, object]
+    _tapes: dict[int, Any]
     backward_done: set[int]
 
     def _where(self, mb: int) -> str:
@@ -107,7 +109,7 @@ class StageModel(StageChecks):
         self.grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         self.losses: dict[int, float] = {}
         self.backward_done: set[int] = set()
-        self._tapes: dict[int, object] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
+        self._tapes: dict[int, Any] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
         self.recompute_full = recompute_full
 
     def forward(self, mb: int, inp: np.ndarray, targets: np.ndarray | None = None):

@@ -1,15 +1,8 @@
 """Megatron tensor parallelism (Shoeybi et al. 2019) and sequence parallelism (Korthikanti et al.
 2022) on the shadow model: one rank k of a tensor-parallel group of t ranks runs its shard of a
-pipeline stage, and every sum or gather over the group is a real collective.
-
-    column-parallel  Y_k = X W_k,  W = [W_0 ... W_{t-1}]     (qkv by heads, fc by ffn, head by vocab)
-    row-parallel     Y = sum_k X_k W_k + b,  W = [W_0; ...; W_{t-1}]   (attn proj, mlp proj)
-
-Each column-parallel layer is entered through f and each row-parallel one left through g:
-f = identity forward / all-reduce backward, g = all-reduce forward / identity backward. With
-sequence parallelism the activations outside those regions are split along the sequence, f becomes
-an all-gather (reduce-scatter backward) and g a reduce-scatter (all-gather backward). f and g are
-each other's backward, so `_enter_tp` and `_leave_tp` below serve both directions.
+pipeline stage, and every sum or gather over the group is a real collective. The layers (f and g,
+column- and row-parallel linears, the vocab-parallel embedding and head) are in
+sim/numerics/tp_layers.py; this module puts a stage together from them.
 
 An MoE MLP splits the tokens, not the experts (Megatron-Core with expert tensor parallel 1): inside
 f and g, rank k routes chunk k of the microbatch's T = b s tokens, (b, s) order, with whole experts
@@ -31,10 +24,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from clustersim.sim.numerics.layers import gelu, gelu_grad, linear_backward, linear_forward
-from clustersim.sim.numerics.moe import ExpertParallelMoE, experts_of_rank, moe_backward, moe_forward
+from clustersim.sim.numerics.expert_parallel import ExpertParallelMoE
+from clustersim.sim.numerics.layers import gelu, gelu_grad
+from clustersim.sim.numerics.moe import experts_of_rank, moe_backward, moe_forward
+from clustersim.sim.numerics.plan import Sharding
 from clustersim.sim.numerics.sharding import is_sharded, shard_params
 from clustersim.sim.numerics.stages import StageChecks, stage_layers, stage_param_names
+from clustersim.sim.numerics.tp_layers import TensorParallelLayers
 from clustersim.sim.numerics.transformer import (
     ShadowConfig,
     attention_core_backward,
@@ -42,22 +38,6 @@ from clustersim.sim.numerics.transformer import (
     layernorm_backward,
     layernorm_forward,
 )
-
-# ---- sequence layout --------------------------------------------------
-
-
-def _seq_major(x):
-    """(b, s, h) -> flat (s, b, h), so an array_split into t chunks cuts sequence ranges."""
-    return x.transpose(1, 0, 2).reshape(-1)
-
-
-def _batch_major(flat, b, h):
-    """Inverse of `_seq_major` for any sequence length."""
-    return flat.reshape(-1, b, h).transpose(1, 0, 2)  # (b, s', h)
-
-
-def _flat2(x):
-    return x.reshape(-1, x.shape[-1])  # (b*s, last)
 
 
 class _MoECache(NamedTuple):
@@ -69,7 +49,7 @@ class _MoECache(NamedTuple):
     rows: int
 
 
-class TensorParallelStage(StageChecks):
+class TensorParallelStage(TensorParallelLayers, StageChecks):
     """Tensor-parallel rank k of one pipeline stage (StageModel's layers, interface and checks).
 
     Activations between stages are (b, s, h), identical on every rank, or with sequence
@@ -84,29 +64,25 @@ class TensorParallelStage(StageChecks):
         num_stages: int,
         params: dict[str, np.ndarray],
         num_microbatches: int,
-        tp: int,
-        k: int,
-        sequence_parallel: bool = False,
+        sharding: Sharding,
         recompute_full: bool = False,
-        *,
-        ep: int = 1,
-        ep_rank: int = 0,
     ):
-        """`recompute_full`: keep only each microbatch's input and run the forward (with its
-        collectives) again at the start of the backward. `ep`, `ep_rank`: this rank's place in
-        its MoE layers' expert-parallel groups (ExpertParallelMoE); tp 1 runs no TP collective."""
-        self.ep, self.ep_rank = ep, ep_rank
+        """`sharding`: this rank's place in its tensor-parallel group (tp 1 runs no TP
+        collective) and its MoE layers' expert-parallel groups (ExpertParallelMoE).
+        `recompute_full`: keep only each microbatch's input and run the forward (with its
+        collectives) again at the start of the backward."""
+        self.ep, self.ep_rank = sharding.ep, sharding.ep_rank
         self.cfg = cfg
         self.stage = stage
         self.num_stages = num_stages
         self.num_microbatches = num_microbatches
-        self.tp, self.tp_rank = tp, k
-        self.sequence_parallel = sequence_parallel
+        self.tp, self.tp_rank = sharding.tp, sharding.tp_rank
+        self.sequence_parallel = sharding.sequence_parallel
         self.recompute_full = recompute_full
         self.layers = stage_layers(cfg, stage, num_stages)
         self.is_first = stage == 0
         self.is_last = stage == num_stages - 1
-        self.params = shard_params(params, cfg, stage_param_names(cfg, stage, num_stages), tp, k)
+        self.params = shard_params(params, cfg, stage_param_names(cfg, stage, num_stages), self.tp, self.tp_rank)
         self.grads = {name: np.zeros_like(value) for name, value in self.params.items()}
         self.losses: dict[int, float] = {}
         self.backward_done: set[int] = set()
@@ -212,62 +188,6 @@ class TensorParallelStage(StageChecks):
             g[...] = total[offset : offset + g.size].reshape(g.shape)
             offset += g.size
 
-    # -- f and g ------------------------------------------------------------------------------------
-
-    def _enter_tp(self, x):
-        """f: before a column-parallel layer; SP gathers the sequence chunks (b, s/t, h) -> (b, s, h)."""
-        if self.tp == 1 or not self.sequence_parallel:
-            return x
-        b, _, h = x.shape
-        return _batch_major((yield ("all_gather", _seq_major(x))), b, h)
-
-    def _leave_tp(self, x):
-        """g: after a row-parallel layer, sum the ranks' partial (b, s, h); SP keeps chunk k (b, s/t, h)."""
-        if self.tp == 1:
-            return x
-        if not self.sequence_parallel:
-            return (yield ("all_reduce", x))
-        b, _, h = x.shape
-        return _batch_major((yield ("reduce_scatter", _seq_major(x))), b, h)
-
-    # -- pieces: forward (out, cache) and backward (dx, grads), each a generator --------------------
-
-    def _column_forward(self, name, x):
-        return linear_forward(self.params, name, (yield from self._enter_tp(x)))  # (b, s, out/t)
-
-    def _column_backward(self, dout, cache):
-        dx, grads = linear_backward(dout, cache)  # dx partial (b, s, h)
-        return (yield from self._leave_tp(dx)), grads
-
-    def _row_forward(self, name, x):
-        """Y = sum_k X_k W_k, then + b once: x (b, s, in/t) -> (b, s, h) or (b, s/t, h)."""
-        return (yield from self._leave_tp(x @ self.params[f"{name}.w"])) + self.params[f"{name}.b"]
-
-    def _row_backward(self, name, dout, x):
-        """The bias gradient sums `dout` as it comes (a sequence chunk under SP: partial)."""
-        dfull = yield from self._enter_tp(dout)  # (b, s, h)
-        grads = {f"{name}.w": _flat2(x).T @ _flat2(dfull), f"{name}.b": _flat2(dout).sum(axis=0)}
-        return dfull @ self.params[f"{name}.w"].T, grads  # (b, s, in/t)
-
-    def _embed_forward(self, tokens):
-        """Rank k looks up its vocab rows (zeros elsewhere), rank 0 adds the positions, g sums."""
-        rows = self.params["embed.tok"].shape[0]
-        local = tokens - self.tp_rank * rows  # (b, s)
-        inside = (local >= 0) & (local < rows)
-        x = np.where(inside[..., None], self.params["embed.tok"][np.where(inside, local, 0)], 0)  # (b, s, h)
-        if self.tp_rank == 0:
-            x = x + self.params["embed.pos"][: tokens.shape[1]]
-        return (yield from self._leave_tp(x)), (local, inside)
-
-    def _embed_backward(self, dout, cache):
-        local, inside = cache
-        dout = yield from self._enter_tp(dout)  # (b, s, h)
-        dtok = np.zeros_like(self.params["embed.tok"])  # (V/t, h)
-        np.add.at(dtok, local[inside], dout[inside])
-        dpos = np.zeros_like(self.params["embed.pos"])  # (seq_len, h), whole on every rank
-        dpos[: local.shape[1]] = dout.sum(axis=0)
-        return None, {"embed.tok": dtok, "embed.pos": dpos}
-
     def _block_forward(self, n, x):
         """Pre-LN block on x (b, s, h), or (b, s/t, h) under SP, with the attention's heads and the
         MLP's ffn slice of rank k."""
@@ -333,34 +253,3 @@ class TensorParallelStage(StageChecks):
         partial = np.zeros_like(dfull).reshape(-1, h)  # (T, h)
         partial[c.lo : c.lo + c.rows] = dx[0]
         return (yield from self._leave_tp(partial.reshape(b, s, h))), grads
-
-    def _head_forward(self, x, targets):
-        """Final LN, vocab-parallel logits z_k (b, s, V/t), and the cross-entropy from one all-gather
-        of each rank's (logsumexp z_k, z_k[target] or 0): lse = logsumexp over ranks, z[target] = sum."""
-        y, c_ln = layernorm_forward(self.params, "final_ln", x)
-        y = yield from self._enter_tp(y)  # (b, s, h)
-        z = y @ self.params["head.w"]  # (b, s, V/t)
-        local = targets - self.tp_rank * z.shape[-1]
-        inside = (local >= 0) & (local < z.shape[-1])
-        zmax = z.max(axis=-1)  # (b, s)
-        lse_k = zmax + np.log(np.exp(z - zmax[..., None]).sum(axis=-1))  # (b, s)
-        picked = np.take_along_axis(z, np.where(inside, local, 0)[..., None], axis=-1)[..., 0]  # (b, s)
-        parts = np.stack([lse_k, np.where(inside, picked, 0)]).reshape(-1)  # (2 b s,)
-        if self.tp > 1:
-            parts = yield ("all_gather", parts)
-        parts = parts.reshape(self.tp, 2, *targets.shape)  # (t, 2, b, s)
-        top = parts[:, 0].max(axis=0)
-        lse = top + np.log(np.exp(parts[:, 0] - top).sum(axis=0))  # (b, s)
-        loss = float((lse - parts[:, 1].sum(axis=0)).mean())
-        return loss, (c_ln, y, z, lse, local, inside)
-
-    def _head_backward(self, seed, cache):
-        """dz_k = (softmax_k - onehot_k) seed / N with N = b s; the head's input gradient is partial."""
-        c_ln, y, z, lse, local, inside = cache
-        onehot = np.zeros_like(z)
-        np.put_along_axis(onehot, np.where(inside, local, 0)[..., None], inside[..., None].astype(z.dtype), axis=-1)
-        dz = (np.exp(z - lse[..., None]) - onehot) * (seed / lse.size)  # (b, s, V/t)
-        dw = _flat2(y).T @ _flat2(dz)  # (h, V/t)
-        dx = yield from self._leave_tp(dz @ self.params["head.w"].T)  # (b, s, h) or (b, s/t, h)
-        dx, g_ln = layernorm_backward(dx, c_ln)
-        return dx, g_ln | {"head.w": dw}

@@ -56,7 +56,7 @@ class ShadowConfig:
 def layer_param_shapes(cfg: ShadowConfig, i: int) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape for transformer block `i`, in init order."""
     h, f, n = cfg.hidden, cfg.ffn, f"layer{i}"
-    shapes = {
+    shapes: dict[str, tuple[int, ...]] = {
         f"{n}.ln1.g": (h,),
         f"{n}.ln1.b": (h,),
         f"{n}.attn.qkv.w": (h, 3 * h),
@@ -66,14 +66,14 @@ def layer_param_shapes(cfg: ShadowConfig, i: int) -> dict[str, tuple[int, ...]]:
         f"{n}.ln2.g": (h,),
         f"{n}.ln2.b": (h,),
     }
-    if i in cfg.moe_layers:
+    if i in cfg.moe_layers and cfg.moe is not None:
         return shapes | moe_param_shapes(f"{n}.moe", h, f, cfg.moe.num_experts, cfg.moe.shared)
     return shapes | {f"{n}.mlp.fc.w": (h, f), f"{n}.mlp.fc.b": (f,), f"{n}.mlp.proj.w": (f, h), f"{n}.mlp.proj.b": (h,)}
 
 
 def param_shapes(cfg: ShadowConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter name -> shape, in the fixed order `init_params` draws them."""
-    shapes = {"embed.tok": (cfg.vocab, cfg.hidden), "embed.pos": (cfg.seq_len, cfg.hidden)}
+    shapes: dict[str, tuple[int, ...]] = {"embed.tok": (cfg.vocab, cfg.hidden), "embed.pos": (cfg.seq_len, cfg.hidden)}
     for i in range(cfg.layers):
         shapes.update(layer_param_shapes(cfg, i))
     shapes.update({"final_ln.g": (cfg.hidden,), "final_ln.b": (cfg.hidden,), "head.w": (cfg.hidden, cfg.vocab)})

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Program, Recv, Send
+from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Comm, Program, Recv, Send
 from clustersim.sim.engine.records import EventLog
 
 # Priority when several kinds are active on an idle rank: the fixed five first, then the
 # remaining collective kinds in schedules.ir order (each kept separate).
 EXPOSED_KINDS: tuple[str, ...] = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather", "p2p")
 EXPOSED_KINDS += tuple(k for k in COLLECTIVE_KINDS if k not in EXPOSED_KINDS)
-P2P_PHASES = ("SEND", "RECV")
+P2P_PHASES = (Comm.SEND, Comm.RECV)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
         for op in ops
         if isinstance(op, Send)
     }
-    send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == "SEND"}
+    send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == Comm.SEND}
     return {
         (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
         for rank, ops in program.ops.items()
@@ -116,7 +116,10 @@ def step_breakdown(
         start = np.maximum(
             start,
             np.fromiter(
-                (sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == "RECV" else s.start_s for s in spans),
+                (
+                    sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == Comm.RECV else s.start_s
+                    for s in spans
+                ),
                 float,
                 n,
             ),
@@ -172,7 +175,7 @@ def alltoall_busbw_GBps(log: EventLog, sizes: dict[SpanKey, tuple[int, float]]) 
     all-to-all of positive length."""
     moved = seconds = 0.0
     for span in log.spans:
-        if span.phase == "ALL_TO_ALL" and span.duration_s > 0:
+        if span.phase == Comm.ALL_TO_ALL and span.duration_s > 0:
             n, sent = sizes[(span.rank, span.stream, span.label)]
             moved += sent * (n - 1) / n
             seconds += span.duration_s

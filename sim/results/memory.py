@@ -9,13 +9,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.schedules.data_parallel import DP_STREAM
+from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.scenario.units import format_bytes
 
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
 STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")
-GATHER_PHASES = ("ALL_GATHER",)  # the engine records a collective span with its kind in capitals
-CONSUMER_PHASES = ("F", "B")  # compute that uses (and then frees) a gathered buffer
+GATHER_PHASES = (Comm.ALL_GATHER,)  # the engine records a collective span with its kind in capitals
+CONSUMER_PHASES = PIPELINE_PHASES  # compute that uses (and then frees) a gathered buffer
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,7 +110,7 @@ def _activation_events(log: EventLog, activation_bytes, events) -> None:
     ops = log.whole_ops
     for (rank, phase, stage, mb), (start, end) in ops.items():
         label = f"{phase}{mb}@{stage}"
-        if phase == "B" and (rank, "F", stage, mb) not in ops:
+        if phase == Phase.B and (rank, Phase.F, stage, mb) not in ops:
             raise ValueError(f"rank {rank}: {label} ends but forward F{mb}@{stage} never ran on this rank")
         try:
             nbytes = float(activation_bytes[rank][stage])
@@ -117,7 +118,7 @@ def _activation_events(log: EventLog, activation_bytes, events) -> None:
             raise ValueError(
                 f"activation_bytes has no entry for rank {rank}, stage {stage} (needed by {label})"
             ) from None
-        events[rank].append((start, column, nbytes) if phase == "F" else (end, column, -nbytes))
+        events[rank].append((start, column, nbytes) if phase == Phase.F else (end, column, -nbytes))
 
 
 def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:

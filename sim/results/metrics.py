@@ -6,12 +6,13 @@ from collections.abc import Collection
 
 import numpy as np
 
+from clustersim.schedules.ir import Comm, Phase
 from clustersim.schedules.tensor_parallel import EP_STREAM
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.network.records import FlowTable
 
-PIPELINE_PHASES = ("F", "B")
-ALLTOALL_PHASE = "ALL_TO_ALL"  # a collective span's phase is its kind in capitals
+PIPELINE_PHASES = (Phase.F, Phase.B)
+ALLTOALL_PHASE = Comm.ALL_TO_ALL  # a collective span's phase is its kind in capitals
 ALLTOALL_STREAMS = (EP_STREAM,)  # streams that carry only all-to-alls (MoE dispatch, combine, counts)
 
 
@@ -43,7 +44,7 @@ def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
     pieces starts with its first and ends with its last)."""
     events: list[list[tuple[float, int]]] = [[] for _ in range(log.num_ranks)]
     for (rank, phase, _, _), (start, end) in log.whole_ops.items():
-        events[rank].append((start, +1) if phase == "F" else (end, -1))
+        events[rank].append((start, +1) if phase == Phase.F else (end, -1))
     peaks = []
     for rank_events in events:
         level = peak = 0
@@ -58,7 +59,7 @@ def model_flops(log: EventLog) -> float:
     """Model FLOPs of the step: 3 x the forward FLOPs (backward = 2 x forward). Work a backward
     adds to recompute activations is done by the hardware but is not model FLOPs (the MFU of
     Chowdhery et al. 2022, PaLM, appendix B)."""
-    return 3 * sum(s.flops for s in log.spans if s.phase == "F")
+    return 3 * sum(s.flops for s in log.spans if s.phase == Phase.F)
 
 
 def tflops_per_gpu(log: EventLog, num_gpus: int) -> float:

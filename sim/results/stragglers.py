@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from clustersim.schedules.ir import Comm
 from clustersim.sim.engine.records import EventLog
 
 TIE_S = 1e-12  # arrivals closer than this count as together: nobody was last
@@ -18,7 +19,7 @@ def last_arrivals(log: EventLog) -> dict[int, int]:
     """rank -> how many all-to-alls it reached strictly after every other member of its group."""
     arrivals: defaultdict[str, list[tuple[float, int]]] = defaultdict(list)
     for span in log.spans:
-        if span.phase == "ALL_TO_ALL":
+        if span.phase == Comm.ALL_TO_ALL:
             arrivals[span.label].append((span.start_s, span.rank))
     counts: Counter[int] = Counter()
     for members in arrivals.values():

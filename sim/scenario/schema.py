@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from clustersim.schedules.pipeline import SCHEDULES
+from clustersim.schedules.pipeline import SCHEDULES, ScheduleError
 from clustersim.sim.cost.memory import RECOMPUTE_MODES
 from clustersim.sim.scenario import units
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
@@ -510,14 +510,6 @@ class Scenario(_Section):
         m, p, t, c = self.model, self.parallel, self.training, self.cluster
         if m.layers % p.pp:
             raise _FieldError("parallel.pp", f"{p.pp} does not divide model.layers ({m.layers})")
-        if p.virtual > 1 and self.schedule != "interleaved":
-            raise _FieldError(
-                "parallel.virtual",
-                (
-                    f"{p.virtual} chunks per rank needs schedule 'interleaved' (got '{self.schedule}', "
-                    "which runs one stage per rank)"
-                ),
-            )
         if m.layers % p.num_stages:
             raise _FieldError(
                 "parallel.virtual",
@@ -556,15 +548,18 @@ class Scenario(_Section):
                     f" x parallel.dp ({p.dp}) = {per_step}"
                 ),
             )
-        if p.virtual > 1 and self.num_microbatches % p.pp:
+        try:  # the schedule's own rules (schedules.pipeline.SCHEDULES)
+            SCHEDULES[self.schedule].check(self.schedule, p.pp, self.num_microbatches, p.virtual)
+        except ScheduleError as exc:
+            if exc.knob == "virtual":
+                raise _FieldError("parallel.virtual", str(exc)) from None
             raise _FieldError(
                 "training.global_batch",
                 (
                     f"{t.global_batch} / (training.micro_batch ({t.micro_batch}) x parallel.dp ({p.dp})) = "
-                    f"{self.num_microbatches} microbatches is not a multiple of parallel.pp ({p.pp}): the interleaved "
-                    f"schedule with parallel.virtual ({p.virtual}) > 1 runs microbatches in groups of pp"
+                    f"{self.num_microbatches} microbatches: {exc}"
                 ),
-            )
+            ) from None
         n = self.numerics
         if n.enabled and p.tp > 1:  # the shadow model is sharded like the real one (ffn = 4 x hidden)
             for knob, size in (("heads", n.heads), ("vocab", n.vocab)):

@@ -20,6 +20,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.results.table import time_unit
 
@@ -27,19 +28,19 @@ COMPUTE_STREAM = "compute"
 STREAM_ORDER = (COMPUTE_STREAM, "send", "recv")  # then any other stream, by name
 
 # phase -> (face colour, alpha); unknown phases (collectives, ...) take PALETTE in name order.
-PHASE_STYLE = {
-    "F": ("#3b6fb6", 1.0),
-    "B": ("#3f9b57", 1.0),
-    "OPT": ("#c0504d", 1.0),
-    "SEND": ("#d9954a", 0.75),
-    "RECV": ("#9b8fc4", 0.35),  # mostly waiting for the peer, so drawn lightly
+PHASE_STYLE: dict[str, tuple[str, float]] = {
+    Phase.F: ("#3b6fb6", 1.0),
+    Phase.B: ("#3f9b57", 1.0),
+    Phase.OPT: ("#c0504d", 1.0),
+    Comm.SEND: ("#d9954a", 0.75),
+    Comm.RECV: ("#9b8fc4", 0.35),  # mostly waiting for the peer, so drawn lightly
 }
 PALETTE = ("#8c6bb1", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#7f7f7f", "#2ca02c", "#ff7f0e")
-PHASE_ORDER = ("F", "B", "OPT", "SEND", "RECV")
+PHASE_ORDER = (Phase.F, Phase.B, Phase.OPT, Comm.SEND, Comm.RECV)
 # A receive's span is mostly waiting for its peer; the message's time on the wire is the sender's
 # SEND span, so receives are left out of the chart (they stay in the Perfetto trace).
-HIDDEN_PHASES = ("RECV",)
-LABELLED_PHASES = ("F", "B")  # microbatch number written inside the box when it fits
+HIDDEN_PHASES = (Comm.RECV,)
+LABELLED_PHASES = PIPELINE_PHASES  # microbatch number written inside the box when it fits
 MAX_TEXT_LABELS = 2000
 
 COMPUTE_LANE_H = 1.0  # lane heights in y units
@@ -62,7 +63,7 @@ def phase_colours(phases: set[str]) -> dict[str, tuple[str, float]]:
     """A fixed colour per known phase; unknown phases get PALETTE entries in name order."""
     known = [p for p in PHASE_ORDER if p in phases]
     extra = sorted(phases - set(PHASE_STYLE))
-    styles = {p: PHASE_STYLE[p] for p in known}
+    styles: dict[str, tuple[str, float]] = {p: PHASE_STYLE[p] for p in known}
     styles.update({p: (PALETTE[i % len(PALETTE)], 0.85) for i, p in enumerate(extra)})
     return styles
 
@@ -141,7 +142,7 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
         y, h = lane_of[(rank, stream)]
         verts[phase].extend(_box(x0, x1, y, h, pixel) for x0, x1 in runs)
     for phase, (colour, alpha) in styles.items():
-        edge = "none" if phase in ("SEND", "RECV") or edge_lw == 0.0 else "#222222"
+        edge = "none" if phase in (Comm.SEND, Comm.RECV) or edge_lw == 0.0 else "#222222"
         ax.add_collection(
             PolyCollection(verts[phase], facecolors=colour, edgecolors=edge, linewidths=edge_lw, alpha=alpha, zorder=2)
         )
@@ -177,7 +178,7 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
 
 def _edge_width(log: EventLog, ax, x_span_s: float) -> float:
     """Box outline width in points, thinner as boxes get narrower so dense lanes keep their colour."""
-    busy = [s.duration_s for s in log.spans if s.duration_s > 0 and s.phase not in ("SEND", "RECV")]
+    busy = [s.duration_s for s in log.spans if s.duration_s > 0 and s.phase not in (Comm.SEND, Comm.RECV)]
     if not busy:
         return 0.4
     mean_box_pt = sum(busy) / len(busy) / x_span_s * ax.get_position().width * FIG_W_IN * 72.0

@@ -92,6 +92,7 @@ def test_validator_rejects_a_member_that_never_joins():
 
 def numerics_run(dp: int, pp: int, zero: int, m: int, buckets: int = 3, optimizer: str = "adam") -> dict:
     from clustersim.sim.numerics.data_parallel import DataParallelNumerics
+    from clustersim.sim.numerics.plan import TrainingStep
     from clustersim.sim.numerics.transformer import ShadowConfig
 
     cfg = ShadowConfig(layers=2 * pp, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
@@ -100,11 +101,7 @@ def numerics_run(dp: int, pp: int, zero: int, m: int, buckets: int = 3, optimize
     numerics = DataParallelNumerics(
         cfg,
         [dict(enumerate(layout.pp_group(d, 0))) for d in range(dp)],
-        m,
-        2,
-        seed=3,
-        optimizer=optimizer,
-        lr=0.01,
+        TrainingStep(m, 2, seed=3, optimizer=optimizer, lr=0.01),
         zero=zero,
         buckets={("grads", s): buckets for s in range(pp)},
     )
@@ -142,6 +139,6 @@ def test_a_wrong_shard_is_caught():
 def test_a_nan_weight_is_an_infinite_error():
     import numpy as np
 
-    from clustersim.sim.numerics.pipeline import max_errors
+    from clustersim.sim.numerics.reference import max_errors
 
     assert max_errors({"w": np.array([np.nan, 1.0])}, {"w": np.array([1.0, 1.0])}) == (np.inf, np.inf)

@@ -2,21 +2,33 @@
 
 import pytest
 
-from clustersim.schedules.ir import Collective, Compute, Recv, Send, format_op, parse_op, parse_program
+from clustersim.schedules.ir import Collective, Compute, Phase, Recv, Send
 from clustersim.schedules.pipeline import build_program, rank_order
+from clustersim.schedules.tags import (
+    ExpertPiece,
+    GradBucket,
+    GradSync,
+    ParamBucket,
+    ParamGather,
+    TensorPiece,
+    parse_tag,
+)
+from clustersim.schedules.text import format_op, parse_op, parse_program
 
 
 @pytest.mark.parametrize(
     "op",
     [
-        Compute("F", 3, 1),
-        Compute("B", 0, 7, 1.5e12, deps=("RECV B0@8",)),
-        Compute("OPT", None, 2, nbytes=3.0e9),
-        Compute("F", 1, 0, 2e12, 5e9),
-        Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",)),
-        Recv(0, ("B", 11, 0), 1e6, stream="p2p"),
-        Collective("all_reduce", "grads@1.b0", (1, 5), 1048576.0, "ring", deps=("B7@1",)),
-        Collective("all_gather", "params@0", (0, 2, 4, 6), 3e9),
+        Compute(Phase.F, 3, 1),
+        Compute(Phase.B, 0, 7, 1.5e12, deps=("RECV B0@8",)),
+        Compute(Phase.OPT, None, 2, nbytes=3.0e9),
+        Compute(Phase.F, 1, 0, 2e12, 5e9),
+        Compute(Phase.W, 4, 1, 1e12),
+        Compute(Phase.R, 4, 1, 1e12, part=2),
+        Send(2, (Phase.F, 3, 1), 4096.0, deps=("F3@1",)),
+        Recv(0, (Phase.B, 11, 0), 1e6, stream="p2p"),
+        Collective("all_reduce", GradBucket(1, 0, 0), (1, 5), 1048576.0, "ring", deps=("B7@1",)),
+        Collective("all_gather", ParamGather(0, 1, "F3@0.0"), (0, 2, 4, 6), 3e9),
     ],
 )
 def test_op_round_trips(op):
@@ -24,11 +36,34 @@ def test_op_round_trips(op):
 
 
 def test_text_form_reads_well():
-    assert format_op(Send(2, ("F", 3, 1), 4096.0, deps=("F3@1",))) == "send: SEND F3@1 ->2 4096.0B after F3@1"
+    assert format_op(Send(2, (Phase.F, 3, 1), 4096.0, deps=("F3@1",))) == "send: SEND F3@1 ->2 4096.0B after F3@1"
     assert (
-        format_op(Collective("all_reduce", "grads@1.b0", (1, 5), 1024.0, deps=("B7@1",)))
-        == "dp: ALL_REDUCE grads@1.b0 [1,5] 1024.0B auto after B7@1"
+        format_op(Collective("all_reduce", GradBucket(1, 0, 0), (1, 5), 1024.0, deps=("B7@1",)))
+        == "dp: ALL_REDUCE grads@1.t0.b0 [1,5] 1024.0B auto after B7@1"
     )
+
+
+@pytest.mark.parametrize(
+    "tag,text",
+    [
+        (GradBucket(1, 0, 3), "grads@1.t0.b3"),
+        (GradBucket(1, 0, 3, expert_rank=1), "egrads@1.t0.r1.b3"),
+        (ParamBucket(1, 0, 3), "params@1.t0.b3"),
+        (ParamBucket(1, 2, 3, expert_rank=1), "eparams@1.t2.r1.b3"),
+        (ParamGather(1, 0, "F3@1.0"), "params@1.t0.F3@1.0"),
+        (TensorPiece(0, "F3@1.2"), "tp@d0.F3@1.2"),
+        (ExpertPiece(1, 0, 2, "B3@1.4"), "ep@p1.t0.g2.B3@1.4"),
+        (GradSync(0, 1), "tp@d0.grads@1"),
+    ],
+)
+def test_collective_tags_print_as_before_and_parse_back(tag, text):
+    assert str(tag) == text
+    assert parse_tag(text) == tag
+
+
+def test_phases_print_as_their_letters():
+    assert [str(p) for p in Phase] == ["F", "B", "W", "R", "OPT"]
+    assert Compute(Phase.W, 2, 0).label == "W2@0"
 
 
 def test_program_round_trips():
@@ -37,7 +72,9 @@ def test_program_round_trips():
     assert again.ops == prog.ops
 
 
-@pytest.mark.parametrize("text", ["compute F3@1", "compute: X3@1", "send: SEND F3@1 <-2 1.0B"])
+@pytest.mark.parametrize(
+    "text", ["compute F3@1", "compute: X3@1", "send: SEND F3@1 <-2 1.0B", "dp: ALL_REDUCE grads@1 [0,1] 1.0B auto"]
+)
 def test_parse_rejects_bad_text(text):
     with pytest.raises(ValueError, match="op text"):
         parse_op(text)

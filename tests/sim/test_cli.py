@@ -53,7 +53,7 @@ BAD_INPUTS = [
         "virtual_without_interleaved",
         GOOD.replace("dp: 1", "dp: 1\n  virtual: 2"),
         "parallel.virtual",
-        r"2 chunks per rank needs schedule 'interleaved' \(got '1f1b'",
+        r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2 \(several chunks per rank: interleaved\)",
     ),
     (
         "layers_not_divisible_by_pp_x_virtual",
@@ -67,7 +67,7 @@ BAD_INPUTS = [
         .replace("schedule: 1f1b", "schedule: interleaved")
         .replace("global_batch: 32", "global_batch: 24"),
         "training.global_batch",
-        r"6 microbatches is not a multiple of parallel.pp \(4\)",
+        r"= 6 microbatches: interleaved schedule needs microbatches \(6\) to be a multiple of pp \(4\)",
     ),
     ("yaml_syntax", GOOD.replace("nodes: 1", "nodes: [1"), "-", "invalid YAML at line"),
     ("not_a_mapping", "- just\n- a list\n", "-", "top level must be a mapping"),

@@ -6,6 +6,7 @@ so every rank sends (ep - 1)/ep of its routed rows."""
 import pytest
 
 from clustersim.schedules.ir import Collective
+from clustersim.schedules.tags import GradBucket, GradSync
 from clustersim.sim.collectives.run import time_collective
 from clustersim.sim.run import make_program, simulate
 from clustersim.sim.scenario.loader import load_scenario_text
@@ -66,9 +67,9 @@ def test_tensor_parallelism_splits_the_tokens_and_sums_the_whole_experts_gradien
     and of its 4 experts; the experts' are then reduced between the 2 ranks holding them, whole."""
     text = SCENARIO.format(gpus=8, dp=4, ep=2, every=1, global_batch=8).replace("ep: 2,", "ep: 2, tp: 2,")
     program = make_program(load_scenario_text(text, "moe.yaml"))
-    sizes = {op.tag: op.nbytes for op in program.ops[0] if isinstance(op, Collective) and "grads" in op.tag}
+    sizes = {op.tag: op.nbytes for op in program.ops[0] if isinstance(op, Collective)}
     h, f, e, layers = H, 2048, 8, 4
     expert = (2 * h * f + f + h) * e // 2 * layers * BF16  # 134_316_032: the 4 experts, every layer, not split
     router = h * e * layers * BF16  # 65_536
-    assert sizes["tp@d0.grads@0"] == expert + router  # 134_381_568
-    assert sizes["egrads@0.t0.r0.b0"] == expert
+    assert sizes[GradSync(replica=0, stage=0)] == expert + router  # 134_381_568
+    assert sizes[GradBucket(stage=0, tp_rank=0, bucket=0, expert_rank=0)] == expert

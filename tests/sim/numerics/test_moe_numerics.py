@@ -5,15 +5,8 @@ import numpy as np
 import pytest
 
 from clustersim.sim.collectives.ops import Pieces
-from clustersim.sim.numerics.moe import (
-    ExpertParallelMoE,
-    MoEConfig,
-    init_moe_params,
-    moe_backward,
-    moe_forward,
-    route,
-    traffic_matrix,
-)
+from clustersim.sim.numerics.expert_parallel import ExpertParallelMoE, traffic_matrix
+from clustersim.sim.numerics.moe import MoEConfig, init_moe_params, moe_backward, moe_forward, route
 
 from finite_differences import central_difference
 

@@ -10,6 +10,7 @@ from clustersim.schedules.ir import Compute
 from clustersim.sim.numerics.layers import gelu
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.pipeline import PipelineNumerics
+from clustersim.sim.numerics.plan import TrainingStep
 from clustersim.sim.numerics.stages import StageModel, stage_param_names
 from clustersim.sim.numerics.transformer import (
     ShadowConfig,
@@ -171,7 +172,7 @@ def run_gpipe(num):
 
 def pipeline(cfg=PIPE, num_stages=2, stage_to_rank=None, seed=11, optimizer="adam", m=4):
     stage_to_rank = stage_to_rank or {s: s for s in range(num_stages)}
-    return PipelineNumerics(cfg, num_stages, m, 2, stage_to_rank, seed, optimizer, lr=1e-2)
+    return PipelineNumerics(cfg, stage_to_rank, TrainingStep(m, 2, seed, optimizer, lr=1e-2))
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
@@ -263,7 +264,7 @@ def test_same_seed_is_bit_identical_and_other_seeds_differ():
 
 
 def test_full_recompute_keeps_only_the_input_and_gives_the_same_gradients():
-    from clustersim.sim.numerics.pipeline import make_batch
+    from clustersim.sim.numerics.plan import make_batch
 
     cfg = ShadowConfig(layers=2, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
     params = init_params(cfg, 0)

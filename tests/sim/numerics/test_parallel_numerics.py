@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from clustersim.schedules.ir import Compute
+from clustersim.schedules.pipeline import SCHEDULES
 from clustersim.schedules.tensor_parallel import tp_stage_plan
 from clustersim.sim.cost.stages import stage_moe_layers
 from clustersim.sim.numerics.moe import experts_of_rank
@@ -30,7 +31,7 @@ numerics: {{hidden: 16, heads: 4, seq_len: 8, vocab: 32, micro_batch: 2, optimiz
 
 
 def run(tp: int, pp: int, dp: int, sp: bool, zero: int, schedule: str, recompute: str) -> dict:
-    virtual = 2 if schedule == "interleaved" else 1
+    virtual = 2 if SCHEDULES[schedule].chunks_per_rank else 1
     microbatches = 2 * pp  # the interleaved schedule runs them in groups of pp
     text = SCENARIO.format(
         gpus=tp * pp * dp,

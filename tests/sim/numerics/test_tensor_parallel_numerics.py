@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
+from clustersim.schedules.ir import Phase
 from clustersim.schedules.tensor_parallel import tp_stage_plan
 from clustersim.sim.collectives.ops import reference
-from clustersim.sim.numerics.pipeline import max_errors
+from clustersim.sim.numerics.plan import Sharding
+from clustersim.sim.numerics.reference import max_errors
 from clustersim.sim.numerics.sharding import shard_params, unshard_params
 from clustersim.sim.numerics.stages import StageModel
 from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
@@ -55,7 +57,10 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
     """Every microbatch forward through the stages, then backward in reverse; the stages' kinds
     are checked against tp_collective_kinds along the way."""
     stages = [
-        [TensorParallelStage(CFG, s, num_stages, params, MICROBATCHES, tp, k, sp, recompute) for k in range(tp)]
+        [
+            TensorParallelStage(CFG, s, num_stages, params, MICROBATCHES, Sharding(tp, sp, tp_rank=k), recompute)
+            for k in range(tp)
+        ]
         for s in range(num_stages)
     ]
     losses, activations, dinputs = [], {}, {}
@@ -65,7 +70,7 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
         for s, ranks in enumerate(stages):
             last = s == num_stages - 1
             outs, kinds = lockstep([r.forward(mb, x, targets[rows] if last else None) for r, x in zip(ranks, inputs)])
-            assert kinds == tp_collective_kinds("F", len(ranks[0].layers), s == 0, last, sp, tp)
+            assert kinds == tp_collective_kinds(Phase.F, len(ranks[0].layers), s == 0, last, sp, tp)
             activations[mb, s], inputs = outs, outs
         assert len(set(outs)) == 1  # the loss is equal on every rank
         losses.append(outs[0])
@@ -74,7 +79,7 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
         for s in reversed(range(num_stages)):
             douts, kinds = lockstep([r.backward(mb, d) for r, d in zip(stages[s], douts)])
             assert kinds == tp_collective_kinds(
-                "B", len(stages[s][0].layers), s == 0, s == num_stages - 1, sp, tp, recompute
+                Phase.B, len(stages[s][0].layers), s == 0, s == num_stages - 1, sp, tp, recompute
             )
             dinputs[mb, s] = douts
     grads = {}
@@ -167,20 +172,20 @@ def test_qkv_shard_keeps_its_heads_q_k_v_blocks():
 def test_rejects_tp_not_dividing_heads_ffn_or_vocab(knob, cfg):
     params = init_params(cfg, seed=0)
     with pytest.raises(ValueError, match=rf"does not divide {knob}"):
-        TensorParallelStage(cfg, 0, 1, params, 1, 2, 0)
+        TensorParallelStage(cfg, 0, 1, params, 1, Sharding(tp=2))
     with pytest.raises(ValueError, match=rf"does not divide {knob}"):
         shard_params(params, cfg, list(params), 2, 0)
 
 
 def test_rejects_sequence_not_divisible_by_tp_under_sequence_parallelism():
-    stage = TensorParallelStage(CFG, 0, 1, init_params(CFG, seed=0), 1, 4, 0, sequence_parallel=True)
+    stage = TensorParallelStage(CFG, 0, 1, init_params(CFG, seed=0), 1, Sharding(tp=4, sequence_parallel=True))
     tokens = np.zeros((BATCH, 6), dtype=int)
     with pytest.raises(ValueError, match=r"tp \(4\) to divide the sequence length \(6\)"):
         stage.forward(0, tokens, tokens)
 
 
 def test_rejects_backward_before_forward_and_grad_sync_before_backward():
-    stage = TensorParallelStage(CFG, 0, 1, init_params(CFG, seed=0), 1, 2, 0, sequence_parallel=True)
+    stage = TensorParallelStage(CFG, 0, 1, init_params(CFG, seed=0), 1, Sharding(tp=2, sequence_parallel=True))
     with pytest.raises(RuntimeError, match="backward before its forward"):
         stage.backward(0, None)
     with pytest.raises(RuntimeError, match=r"grad_sync before the backward of microbatches \[0\]"):

@@ -1,0 +1,137 @@
+"""Collective tags: the name a collective has on every member of its group, as fields.
+
+A tag says which collective an op is (members meet by tag) and what it carries, so whoever acts
+on a collective (the numerics, a report) reads the fields; `str(tag)` is the text form in the
+op text and the trace, and `parse_tag` reads it back (the IR's round trip, nothing else).
+
+    GradBucket   grads@1.t0.b3        bucket 3 of stage 1's dense gradients, tensor-parallel rank 0
+                 egrads@1.t0.r1.b3    the same for the experts of expert-parallel rank 1
+    ParamBucket  params@1.t0.b3       the weights of that bucket, gathered after a ZeRO 1/2 step
+                 eparams@1.t0.r1.b3
+    ParamGather  params@1.t0.F3@1     ZeRO 3: all of stage 1's weights, gathered for op F3@1
+    TensorPiece  tp@d0.F3@1.2         the tensor-parallel collective ending piece F3@1.2 (replica 0)
+    ExpertPiece  ep@p1.t0.g0.F3@1.2   the expert-parallel all-to-all ending it (stage rank 1,
+                                      tensor-parallel rank 0, expert-parallel group 0)
+    GradSync     tp@d0.grads@1        the tensor-parallel sum of stage 1's partial gradients
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """Bucket `bucket` of a stage's gradient set: `expert_rank` names the routed experts' set of
+    that expert-parallel rank (ep > 1), None the set of every other parameter."""
+
+    stage: int
+    tp_rank: int
+    bucket: int
+    expert_rank: int | None = None
+    PREFIX: ClassVar[str] = ""
+
+    @property
+    def gradient_set(self) -> str:
+        """ "grads" or "egrads": which of a stage's two flat gradient vectors the bucket cuts."""
+        return "grads" if self.expert_rank is None else "egrads"
+
+    def __str__(self) -> str:
+        if self.expert_rank is None:
+            return f"{self.PREFIX}@{self.stage}.t{self.tp_rank}.b{self.bucket}"
+        return f"e{self.PREFIX}@{self.stage}.t{self.tp_rank}.r{self.expert_rank}.b{self.bucket}"
+
+
+@dataclass(frozen=True, slots=True)
+class GradBucket(_Bucket):
+    """A bucket of gradients, reduced (all-reduce, or reduce-scatter under ZeRO)."""
+
+    PREFIX: ClassVar[str] = "grads"
+
+
+@dataclass(frozen=True, slots=True)
+class ParamBucket(_Bucket):
+    """The weights of a gradient bucket, gathered after a sharded (ZeRO 1, 2) optimizer step."""
+
+    PREFIX: ClassVar[str] = "params"
+
+    @staticmethod
+    def of(grads: GradBucket) -> ParamBucket:
+        return ParamBucket(grads.stage, grads.tp_rank, grads.bucket, grads.expert_rank)
+
+
+@dataclass(frozen=True, slots=True)
+class ParamGather:
+    """ZeRO 3: a stage's whole (dense) weights, gathered for the op labelled `consumer`."""
+
+    stage: int
+    tp_rank: int
+    consumer: str
+    gradient_set: ClassVar[str] = "grads"  # ZeRO 3 shards dense weights only
+
+    def __str__(self) -> str:
+        return f"params@{self.stage}.t{self.tp_rank}.{self.consumer}"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorPiece:
+    """The tensor-parallel collective of data-parallel replica `replica` ending piece `piece`."""
+
+    replica: int
+    piece: str
+
+    def __str__(self) -> str:
+        return f"tp@d{self.replica}.{self.piece}"
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertPiece:
+    """The expert-parallel all-to-all ending piece `piece` in expert-parallel group `group`."""
+
+    pipeline_rank: int
+    tp_rank: int
+    group: int
+    piece: str
+
+    def __str__(self) -> str:
+        return f"ep@p{self.pipeline_rank}.t{self.tp_rank}.g{self.group}.{self.piece}"
+
+
+@dataclass(frozen=True, slots=True)
+class GradSync:
+    """The tensor-parallel sum of a stage's partial gradients before its optimizer step."""
+
+    replica: int
+    stage: int
+
+    def __str__(self) -> str:
+        return f"tp@d{self.replica}.grads@{self.stage}"
+
+
+CollectiveTag = GradBucket | ParamBucket | ParamGather | TensorPiece | ExpertPiece | GradSync
+
+_BUCKET = re.compile(r"(?P<e>e?)(?P<what>grads|params)@(?P<stage>\d+)\.t(?P<t>\d+)(?:\.r(?P<r>\d+))?\.b(?P<b>\d+)$")
+_GATHER = re.compile(r"params@(?P<stage>\d+)\.t(?P<t>\d+)\.(?P<op>.+)$")
+_SYNC = re.compile(r"tp@d(?P<d>\d+)\.grads@(?P<stage>\d+)$")
+_TENSOR = re.compile(r"tp@d(?P<d>\d+)\.(?P<piece>.+)$")
+_EXPERT = re.compile(r"ep@p(?P<p>\d+)\.t(?P<t>\d+)\.g(?P<g>\d+)\.(?P<piece>.+)$")
+
+
+def parse_tag(text: str) -> CollectiveTag:
+    """Inverse of `str(tag)`; raises ValueError naming the text it could not read."""
+    if m := _BUCKET.match(text):
+        if bool(m["e"]) != (m["r"] is not None):
+            raise ValueError(f"collective tag {text!r}: an expert bucket (e...) and only it names its expert rank")
+        cls = GradBucket if m["what"] == "grads" else ParamBucket
+        return cls(int(m["stage"]), int(m["t"]), int(m["b"]), int(m["r"]) if m["r"] is not None else None)
+    if m := _GATHER.match(text):
+        return ParamGather(int(m["stage"]), int(m["t"]), m["op"])
+    if m := _SYNC.match(text):
+        return GradSync(int(m["d"]), int(m["stage"]))
+    if m := _TENSOR.match(text):
+        return TensorPiece(int(m["d"]), m["piece"])
+    if m := _EXPERT.match(text):
+        return ExpertPiece(int(m["p"]), int(m["t"]), int(m["g"]), m["piece"])
+    raise ValueError(f"collective tag {text!r}: not a gradient, parameter, tensor- or expert-parallel tag")
