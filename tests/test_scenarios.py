@@ -6,28 +6,17 @@ program of representatives is built and validated."""
 
 import pytest
 
-from clustersim.schedules.pipeline import SCHEDULES
 from clustersim.sim.run import make_program, simulate, symmetry_of
 from clustersim.sim.scenario.loader import load_scenarios
 
+from golden_summaries import BENCH_ONLY_GPUS, reduced
 from repo import SCENARIOS as SCENARIOS_DIR
-
-BENCH_ONLY_GPUS = 1024  # above this a scenario is only built here
 
 SCENARIOS = sorted(SCENARIOS_DIR.glob("*.yaml"))
 
 
 def test_there_are_scenarios():
     assert SCENARIOS
-
-
-def reduced(scenario):
-    if scenario.num_gpus <= 32:
-        return scenario
-    p, t = scenario.parallel, scenario.training
-    microbatches = SCHEDULES[scenario.schedule].fewest_microbatches(scenario.schedule, p.pp, p.virtual)
-    training = t.model_copy(update={"global_batch": t.micro_batch * p.dp * microbatches})
-    return scenario.model_copy(update={"training": training})
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
