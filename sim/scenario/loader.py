@@ -2,7 +2,7 @@
 
     scenario = load_scenario("scenarios/quickstart.yaml")
 
-The models and their rules live in sim.scenario; this module only reads files, parses YAML
+The models and their rules live in sim.scenario.schema; this module only reads files, parses YAML
 strictly (duplicate keys are errors; '1e-3' is a float) and words the first error for a person.
 """
 
@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
 from clustersim.sim.scenario.presets import MODELS
-from clustersim.sim.scenario.schema import Scenario, ScenarioError, _FieldError, show_value
+from clustersim.sim.scenario.schema import Scenario
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -175,9 +176,9 @@ _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "l
 
 def _translate(error: dict) -> tuple[str, str]:
     """One pydantic error -> (dotted YAML path, short reason)."""
-    loc, kind, ctx = tuple(error["loc"]), error["type"], error.get("ctx") or {}
+    loc, kind, ctx = drop_kind_tag(tuple(error["loc"])), error["type"], error.get("ctx") or {}
     cause = ctx.get("error")
-    if isinstance(cause, _FieldError):
+    if isinstance(cause, FieldError):
         loc = loc + cause.subpath
     path = ".".join(str(part) for part in loc) or "-"
     if kind == "extra_forbidden":
