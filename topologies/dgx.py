@@ -79,7 +79,8 @@ def dgx_node(
     check_positive(
         gpus_per_node=gpus_per_node, nvlink_bandwidth_Bps=nvlink_bandwidth_Bps, nic_bandwidth_Bps=nic_bandwidth_Bps
     )
-    graph = nx.DiGraph(**{TOPOLOGY: "dgx", ROUTING: SHORTEST_PATH, NODES: 1, GPUS_PER_NODE: gpus_per_node})
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.graph.update({TOPOLOGY: "dgx", ROUTING: SHORTEST_PATH, NODES: 1, GPUS_PER_NODE: gpus_per_node})
     _add_dgx(graph, 0, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
     return graph
 
@@ -116,7 +117,7 @@ def _one_node(keys: NodeKeys, shape: Shape) -> None:
 def _node_count(text: str) -> dict:
     """A spec's size part: the node count, which for a lone DGX node is 1."""
     if text != "1":
-        raise ValueError("1 (a lone node; fattree:nodes=N joins N of them)")
+        raise ValueError("a lone node: 1; fattree:nodes=N joins N nodes")
     return {"nodes": 1}
 
 

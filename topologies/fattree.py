@@ -111,8 +111,9 @@ def fat_tree(
     uplink_Bps = downlinks * nic_bandwidth_Bps / (oversubscription * spines)
     if load_balance == "adaptive":  # the S spines as one, its links carrying the S uplinks' capacity
         uplink_Bps, spines = uplink_Bps * spines, 1
-    graph = nx.DiGraph(
-        **{
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.graph.update(
+        {
             TOPOLOGY: "fattree",
             ROUTING: ECMP,
             NODES: nodes,

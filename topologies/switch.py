@@ -22,7 +22,7 @@ def switch(num_gpus: int, bandwidth_Bps: float, latency_s: float, switch_kind: s
     A message between two GPUs crosses two links (GPU -> switch -> GPU), so its latency is
     2 x latency_s and two messages share a link only when they leave, or enter, the same GPU.
     """
-    graph = nx.DiGraph()
+    graph: nx.DiGraph = nx.DiGraph()
     hub = ("switch", 0)
     graph.add_node(hub, **{KIND: switch_kind})
     for i in range(num_gpus):

@@ -52,7 +52,7 @@ def torus(axes, bandwidth_Bps: float, latency_s: float, wrap: bool = True) -> nx
     axes = check_axes(axes)
     if not bandwidth_Bps > 0 or not latency_s >= 0:
         raise ValueError(f"links need bandwidth_Bps > 0 and latency_s >= 0, got {bandwidth_Bps!r}, {latency_s!r}")
-    graph = nx.DiGraph(
+    graph: nx.DiGraph = nx.DiGraph(
         **{TOPOLOGY: "torus" if wrap else "mesh", ROUTING: DIMENSION_ORDER, AXES: axes, WRAP: bool(wrap)}
     )
     num_gpus = math.prod(axes)
@@ -63,13 +63,13 @@ def torus(axes, bandwidth_Bps: float, latency_s: float, wrap: bool = True) -> nx
         for axis, k in enumerate(axes):
             c = int(coords[axis])
             if c + 1 < k:  # the + neighbour inside the grid
-                up = list(coords)
+                up = [int(x) for x in coords]
                 up[axis] = c + 1
                 add_duplex_link(
                     graph, ("gpu", i), ("gpu", int(np.ravel_multi_index(up, axes))), bandwidth_Bps, latency_s
                 )
             elif wrap and k > 2:  # c == k - 1: the wraparound link to 0 (k = 2: it already exists)
-                zero = list(coords)
+                zero = [int(x) for x in coords]
                 zero[axis] = 0
                 add_duplex_link(
                     graph, ("gpu", i), ("gpu", int(np.ravel_multi_index(zero, axes))), bandwidth_Bps, latency_s

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from clustersim.topologies.fattree import GPUS_PER_NODE
+from clustersim.topologies.dgx import GPUS_PER_NODE
 from clustersim.topologies.schema import AXES, TOPOLOGY, WRAP, gpu_nodes
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -41,7 +41,10 @@ __all__ = ["Scenario", "ScenarioError", "FieldError", "show_value", "scenario_js
 
 SCHEDULE_NAMES = tuple(SCHEDULES)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
-ScheduleName = one_of(SCHEDULE_NAMES, "schedule")
+if TYPE_CHECKING:
+    ScheduleName = str
+else:
+    ScheduleName = one_of(SCHEDULE_NAMES, "schedule")
 
 
 class Scenario(Section):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,10 +18,18 @@ from clustersim.topologies.registry import TOPOLOGIES
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 NUMERICS_DTYPES = ("float64", "float32")
 OPTIMIZERS = ("adam", "sgd")
-GpuName = one_of(GPUS, "gpu")
-Dtype = one_of(DTYPE_BYTES, "dtype")
-NumericsDtype = one_of(NUMERICS_DTYPES, "numerics dtype")
-OptimizerName = one_of(OPTIMIZERS, "optimizer")
+if TYPE_CHECKING:  # what the checked names are to a type checker; built at run time below
+    GpuName = str
+    Dtype = str
+    NumericsDtype = str
+    OptimizerName = str
+    Recompute = str
+else:
+    GpuName = one_of(GPUS, "gpu")
+    Dtype = one_of(DTYPE_BYTES, "dtype")
+    NumericsDtype = one_of(NUMERICS_DTYPES, "numerics dtype")
+    OptimizerName = one_of(OPTIMIZERS, "optimizer")
+    Recompute = one_of(RECOMPUTE_MODES, "recompute mode")
 
 
 class GpuOverrides(Section):
@@ -58,9 +66,6 @@ class ClusterSection(Section):
         """The GPUS entry with every non-null override applied."""
         overrides = {k: v for k, v in self.gpu_overrides.model_dump().items() if v is not None}
         return dataclasses.replace(GPUS[self.gpu], **overrides)
-
-
-Recompute = one_of(RECOMPUTE_MODES, "recompute mode")
 
 
 class TrainingSection(Section):
