@@ -14,9 +14,9 @@ from clustersim.sim.collectives.fabric import describe
 from clustersim.sim.collectives.nccl_table import BUSBW_FACTOR, parse_sizes, sweep
 from clustersim.sim.collectives.ops import OPS
 from clustersim.sim.collectives.ring import pipeline_slices
+from clustersim.sim.scenario.spec import parse_spec
 from clustersim.topologies.fattree import fat_tree
 from clustersim.topologies.ring import ring
-from clustersim.sim.scenario.spec import parse_spec
 from clustersim.topologies.switch import switch
 
 B = 100e9  # bytes/s per link direction
@@ -96,7 +96,13 @@ def test_torus_all_reduce_keeps_every_axis_busy(axes):
     T = 2 k (d - 1) alpha + (n-1)/n M / (k B) (the module docstring), the bandwidth term of a ring at
     the rank's whole injection bandwidth 2kB."""
     n, m, k, d = math.prod(axes), GiB, len(axes), axes[0]
-    t, _ = time_collective(parse_spec("torus:" + "x".join(map(str, axes)), link_bandwidth=B, link_latency=A), "all_reduce", "torus", None, m)
+    t, _ = time_collective(
+        parse_spec("torus:" + "x".join(map(str, axes)), link_bandwidth=B, link_latency=A),
+        "all_reduce",
+        "torus",
+        None,
+        m,
+    )
     assert close(t, 2 * k * (d - 1) * A + (n - 1) / n * m / (k * B))
 
 

@@ -440,7 +440,7 @@ BAD = [
         "unknown_topology_kind",
         variant(("cluster.topology.kind", "hypercube")),
         "cluster.topology.kind",
-        r"unknown topology kind 'hypercube' \(valid: switch, ring, torus, mesh, dgx, fattree\)$",
+        rf"unknown topology kind 'hypercube' \(valid: {', '.join(TOPOLOGIES)}\)$",
     ),
     (
         "unknown_dtype",

@@ -403,9 +403,9 @@ def test_spec_link_options():
     """Keys given to parse_spec (the CLI's flags) override the spec's; units parse as in YAML."""
     assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4", link_bandwidth=7e9).edges(data=True)} == {7e9}
     assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3e9").edges(data=True)} == {3e9}
-    assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3e9", link_bandwidth="7GB/s").edges(data=True)} == {
-        7e9
-    }
+    assert {
+        d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3e9", link_bandwidth="7GB/s").edges(data=True)
+    } == {7e9}
     tree = parse_spec("fattree:nodes=4,gpus_per_node=2,oversubscription=2,tiers=3")
     assert (tree.graph["tiers"], tree.graph["oversubscription"]) == (3, 2)
 
@@ -550,7 +550,8 @@ def test_scenario_fat_tree_and_dgx_defaults_are_dgx_h100():
             "{kind: ring, link_bandwith: 1GB/s, link_latency: 1us}",
             1,
             "cluster.topology.link_bandwith",
-            r"unknown key 'link_bandwith' \(allowed: kind, link_bandwidth, link_latency\); did you mean 'link_bandwidth'\?$",
+            r"unknown key 'link_bandwith' \(allowed: kind, link_bandwidth, link_latency\); "
+            r"did you mean 'link_bandwidth'\?$",
         ),
         ("{kind: hypercube}", 1, "cluster.topology.kind", r"unknown topology kind 'hypercube' \(valid: switch, ring,"),
         ("{kind: dgx, link_latency: 1us}", 2, "cluster.nodes", "2: topology kind 'dgx' is one node"),
