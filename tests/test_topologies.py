@@ -463,6 +463,12 @@ KINDS = {  # kind -> (nodes, gpus_per_node, topology)
         "{kind: fattree, nvlink_bandwidth: 450GB/s, nic_bandwidth: 50GB/s, leaf_radix: 32, "
         "oversubscription: 1, tiers: 2, link_latency: 1us}",
     ),
+    "dragonfly": (
+        2,
+        2,
+        "{kind: dragonfly, routers_per_group: 1, global_links_per_router: 1, link_bandwidth: 25GB/s, "
+        "global_bandwidth: 25GB/s, link_latency: 1us}",
+    ),
 }
 
 

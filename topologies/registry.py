@@ -8,13 +8,14 @@ the name a graph carries in graph.graph["routing"].
 from __future__ import annotations
 
 from clustersim.topologies.dgx import DGX
+from clustersim.topologies.dragonfly import DRAGONFLY
 from clustersim.topologies.fattree import FATTREE
 from clustersim.topologies.kind import TopologyKind
 from clustersim.topologies.ring import RING
 from clustersim.topologies.switch import SWITCH
 from clustersim.topologies.torus import MESH, TORUS
 
-TOPOLOGIES: dict[str, TopologyKind] = {kind.name: kind for kind in (SWITCH, RING, TORUS, MESH, DGX, FATTREE)}
+TOPOLOGIES: dict[str, TopologyKind] = {kind.name: kind for kind in (SWITCH, RING, TORUS, MESH, DGX, FATTREE, DRAGONFLY)}
 
 ROUTERS = {name: router for kind in TOPOLOGIES.values() for name, router in kind.routers.items()}
 
