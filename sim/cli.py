@@ -167,7 +167,7 @@ def _topology(args: argparse.Namespace) -> int:
 
     from clustersim.sim.run import build_topology
     from clustersim.sim.views.topology import draw_topology
-    from clustersim.topologies.schema import NODE_KINDS
+    from clustersim.topologies.schema import NODE_KINDS, TOPOLOGY
 
     if Path(args.scenario).suffix in (".yaml", ".yml") or ":" not in args.scenario:
         if given := _key_flags_given(args):
@@ -189,7 +189,8 @@ def _topology(args: argparse.Namespace) -> int:
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
     os.close(fd)
     try:  # all or nothing: a failed drawing leaves no half-written PNG
-        draw_topology(graph, tmp, f"{name}: {graph.graph.get('topology', 'switch')}, {summary}")
+        kind = graph.graph.get(TOPOLOGY)
+        draw_topology(graph, tmp, f"{name}: {kind + ', ' if kind else ''}{summary}")
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -379,7 +379,7 @@ def test_flow_hash_is_splitmix64_of_the_pair():
     "spec,gpus,topology",
     [
         ("ring:8", 8, "ring"),
-        ("switch:16", 16, None),
+        ("switch:16", 16, "switch"),
         ("torus:4x4x4", 64, "torus"),
         ("torus:8x8", 64, "torus"),
         ("torus:5", 5, "torus"),
@@ -475,6 +475,18 @@ KINDS = {  # kind -> (nodes, gpus_per_node, topology)
 def scenario_text(kind_or_topology: str, nodes=None, gpus_per_node=None, out="runs/topo") -> str:
     n, g, topology = KINDS.get(kind_or_topology, (1, 4, kind_or_topology))
     return SCENARIO.format(nodes=nodes or n, gpus_per_node=gpus_per_node or g, topology=topology, out=out)
+
+
+def test_run_and_cli_never_name_a_kind():
+    """The kinds are the registry's business: sim/run.py and sim/cli.py hold no kind's name."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "sim"
+    for module in ("run.py", "cli.py"):
+        tree = ast.parse((root / module).read_text())
+        named = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)} & set(TOPOLOGIES)
+        assert not named, f"sim/{module} names topology kinds {sorted(named)}"
 
 
 def test_every_registered_kind_has_a_scenario_case():

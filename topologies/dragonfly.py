@@ -23,7 +23,11 @@ Routing (`routing`, both deterministic):
               hash (topologies.routing.flow_hash), so a scenario gives bit-identical results. A
               pair inside one group, or a dragonfly of fewer than 3 groups, routes minimally.
 Minimal routing piles all of two groups' traffic onto their one global link; Valiant spreads it
-over g - 2 detours at the price of a second global hop.
+over g - 2 detours at the price of a second global hop. Minimal is fewest global hops, not always
+fewest hops: a two-global-hop detour can be shorter than local + global + local.
+
+Spec: `dragonfly:nodes=16[,gpus_per_node=2][,routers_per_group=4][,routing=valiant]...` (defaults
+p = 2, a = 4, h = 2 and 25 GB/s links; a scenario states its own bandwidths and latency).
 """
 
 from __future__ import annotations

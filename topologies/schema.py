@@ -6,7 +6,7 @@ edges, each with `bandwidth` (bytes/s, one direction) and `latency` (seconds). R
 (flows, rates) never lives on the graph.
 
 Graph-level attributes (`graph.graph[...]`) tell a router and a plot what the graph is:
-TOPOLOGY names the kind (topologies.registry; absent on a plain switch), ROUTING names a router
+TOPOLOGY names the kind (topologies.registry; absent on a switch built by hand), ROUTING names a router
 one of the kinds declares (absent means "shortest_path"), and each builder adds what its router
 needs (torus/mesh/ring: AXES, WRAP; others: see their modules).
 """

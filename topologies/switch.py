@@ -13,7 +13,7 @@ from pydantic import Field
 
 from clustersim.topologies.kind import Bandwidth, Keys, ReplicaBlocks, Seconds, Shape, SpecForm, TopologyKind
 from clustersim.topologies.routing import SHORTEST_PATH, ShortestPathRouter
-from clustersim.topologies.schema import GPU_INDEX, KIND, add_duplex_link
+from clustersim.topologies.schema import GPU_INDEX, KIND, TOPOLOGY, add_duplex_link
 
 
 def switch(num_gpus: int, bandwidth_Bps: float, latency_s: float, switch_kind: str = "nvswitch") -> nx.DiGraph:
@@ -50,7 +50,9 @@ def gpu_count(text: str) -> dict[str, Any]:
 
 
 def _build(keys: LinkKeys, shape: Shape) -> nx.DiGraph:
-    return switch(shape.num_gpus, keys.link_bandwidth_Bps, keys.link_latency_s)
+    graph = switch(shape.num_gpus, keys.link_bandwidth_Bps, keys.link_latency_s)
+    graph.graph[TOPOLOGY] = "switch"
+    return graph
 
 
 def _any_shift(keys: LinkKeys, shape: Shape, blocks: ReplicaBlocks) -> int:
