@@ -148,6 +148,7 @@ class DragonflyRouter:
             k += k >= np.minimum(gs, gd)
             k += k >= np.maximum(gs, gd)  # the k-th group other than gs and gd
             to = np.where(apart, k, gd)
+        # Where a leg is not taken its target is any other group (masked out below), so tables index cleanly.
         first, landed = self._leg(rs, gs, np.where(apart, to, (gs + 1) % self.g))
         detour = apart & (to != gd)
         second, landed2 = self._leg(landed, to, np.where(detour, gd, (to + 1) % self.g))
