@@ -8,7 +8,7 @@ met alone) is recorded on the walker's clock, like a compute op."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
@@ -17,7 +17,7 @@ from clustersim.schedules.ir import Collective
 from clustersim.sim.collectives.ops import unpack_pieces
 from clustersim.sim.engine.numerics import Numerics
 from clustersim.sim.engine.records import Span
-from clustersim.sim.engine.walkers import Walker, Walkers
+from clustersim.sim.engine.walkers import Ends, Walker, Walkers
 from clustersim.sim.scale.execution import Scale
 
 _span = tuple.__new__  # a Span without the NamedTuple's Python-level __new__ (hot path)
@@ -30,16 +30,21 @@ class CollectiveHandler:
         self.env, self.walkers, self.scale, self.numerics = env, walkers, scale, numerics
         self.meetings: dict[str, tuple[dict[int, object], simpy.Event]] = {}
 
-    def run(self, walker: Walker, op: Collective, t: float) -> float | Generator[Any, Any, float]:
-        recording = self.scale.ahead(op)
-        if recording is None:
-            return self._meet(walker, op, t)
-        start, t = t, t + recording.duration_s
-        self.scale.network.replay(recording, start, walker.prefix + op.label)
-        walker.record(
-            _span(Span, (walker.rank, walker.stream, op.label, op.kind.upper(), None, None, start, t, op.nbytes, 0.0))
-        )
-        return t
+    def bind(self, walker: Walker) -> Callable[[Collective, float], Ends]:
+        """The handler of one walker's collectives."""
+        rank, stream, record, prefix = walker.rank, walker.stream, walker.record, walker.prefix
+        ahead, replay, meet = self.scale.ahead, self.scale.network.replay, self._meet
+
+        def run(op: Collective, t: float) -> Ends:
+            recording = ahead(op)
+            if recording is None:
+                return meet(walker, op, t)
+            end = t + recording.duration_s
+            replay(recording, t, prefix + op.label)
+            record(_span(Span, (rank, stream, op.label, op.kind.upper(), None, None, t, end, op.nbytes, 0.0)))
+            return end
+
+        return run
 
     def _meet(self, walker: Walker, op: Collective, t: float) -> Generator[Any, Any, float]:
         """Join on SimPy's clock (caught up first); done when the group's process ends."""

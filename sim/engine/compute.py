@@ -22,16 +22,18 @@ class ComputeHandler:
     def __init__(self, compute_time_s: Callable[[Compute], float], numerics: Numerics | None):
         self.compute_time_s, self.numerics = compute_time_s, numerics
 
-    def run(self, walker: Walker, op: Compute, t: float) -> float:
-        start = t
-        if self.numerics is None:
-            t += self.compute_time_s(op)
-        else:
-            self.numerics.run_compute(walker.rank, op)
-            t += self.compute_time_s(op) * self.numerics.work(walker.rank, op)
-        walker.record(
-            _span(
-                Span, (walker.rank, walker.stream, op.label, op.phase, op.microbatch, op.stage, start, t, 0.0, op.flops)
-            )
-        )
-        return t
+    def bind(self, walker: Walker) -> Callable[[Compute, float], float]:
+        """The handler of one walker's compute ops: (op, start) -> end."""
+        rank, stream, record = walker.rank, walker.stream, walker.record
+        cost, numerics = self.compute_time_s, self.numerics
+
+        def run(op: Compute, t: float) -> float:
+            if numerics is None:
+                end = t + cost(op)
+            else:
+                numerics.run_compute(rank, op)
+                end = t + cost(op) * numerics.work(rank, op)
+            record(_span(Span, (rank, stream, op.label, op.phase, op.microbatch, op.stage, t, end, 0.0, op.flops)))
+            return end
+
+        return run

@@ -13,6 +13,7 @@ bit, run after run.
 from __future__ import annotations
 
 import gc
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -60,10 +61,10 @@ def _run(program, scale, compute_time_s, numerics, on_progress) -> EventLog:
     walkers = Walkers(env, on_progress)
     p2p = PointToPoint(env, walkers, scale, numerics)
     handlers = {
-        Compute: ComputeHandler(compute_time_s, numerics).run,
-        Send: p2p.send,
-        Recv: p2p.recv,
-        Collective: CollectiveHandler(env, walkers, scale, numerics).run,
+        Compute: ComputeHandler(compute_time_s, numerics).bind,
+        Send: p2p.bind_send,
+        Recv: p2p.bind_recv,
+        Collective: CollectiveHandler(env, walkers, scale, numerics).bind,
     }
     for rank in program.ranks:
         for stream, ops in _streams(program.ops[rank]):
@@ -82,9 +83,9 @@ def _run(program, scale, compute_time_s, numerics, on_progress) -> EventLog:
 
 def _streams(ops: list[Op]) -> Iterator[tuple[str, list[Op]]]:
     """A rank's ops by stream, streams in order of first appearance."""
-    streams: dict[str, list[Op]] = {}
+    streams: defaultdict[str, list[Op]] = defaultdict(list)
     for op in ops:
-        streams.setdefault(op.stream, []).append(op)
+        streams[op.stream].append(op)
     return iter(streams.items())
 
 

@@ -8,9 +8,10 @@ resumed at once, in the order they were woken (a FIFO of walkers, not of events:
 has a time, so it is no second event queue beside SimPy's). So a pipeline's many small waits
 cost a dict look-up, or a list append and a generator resume, not an event through SimPy's heap.
 
-A walker asks its op's handler (sim.engine.compute, .p2p, .collective) to run the op from the
-walker's time t: the handler returns the op's end time, or a generator to `yield from` when the
-op must wait (on a `Pending` or on a SimPy event), whose value is the end time.
+A walker asks its op's handler (sim.engine.compute, .p2p, .collective; bound to the walker
+once) to run the op from the walker's time t: the handler returns the op's end time; or a
+`Pending` to park on, and is asked again once it is filled in; or, when the op must wait on
+SimPy's clock, a generator to `yield from` whose value is the end time.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ from clustersim.sim.engine.records import Span
 
 PROGRESS_EVERY = 4096  # ops between two calls of `on_progress`
 
-# a handler: (walker, op, the walker's time) -> the op's end time, or a generator that waits for it
-Handler = Callable[["Walker", Any, float], "float | Generator[Any, Any, float]"]
-
 
 class Pending:
     """An op's end or a message's arrival that a walker needs before it is known: its time `at`
@@ -45,22 +43,35 @@ class Pending:
         self.waiters: list[Generator] = []
 
 
+# an op's end time; or a Pending to park on, after which the handler is asked again; or a
+# generator to `yield from` (the op waits on SimPy's clock), whose value is the end time
+Ends = float | Pending | Generator[Any, Any, float]
+# a handler, made once per walker by its kind's `bind(walker)`: (op, the walker's time) -> Ends
+Handler = Callable[[Any, float], Ends]
+Bind = Callable[["Walker"], Handler]
+
+
 class Walker:
     """One (rank, stream): what its handlers need to know of it and to write for it."""
 
-    __slots__ = ("rank", "stream", "key", "prefix", "record", "_routes")
+    __slots__ = ("rank", "stream", "key", "prefix", "record", "routes")
 
     def __init__(self, rank: int, stream: str, record: Callable[[Span], None]):
         self.rank, self.stream, self.key = rank, stream, (rank, stream)
         self.prefix = f"{stream}:"  # a message's label: "send:SEND F0@0 r0->r1"
         self.record = record
-        self._routes: dict[int, str] = {}
+        self.routes = _Routes(rank)  # peer -> " r{rank}->r{peer}"
 
-    def route(self, peer: int) -> str:
-        """ " r{rank}->r{peer}", made once per peer."""
-        text = self._routes.get(peer)
-        if text is None:
-            text = self._routes[peer] = f" r{self.rank}->r{peer}"
+
+class _Routes(dict):
+    """peer -> a message's route text " r{rank}->r{peer}", made on first look (a dict look-up after)."""
+
+    def __init__(self, rank: int):
+        super().__init__()
+        self.rank = rank
+
+    def __missing__(self, peer: int) -> str:
+        self[peer] = text = f" r{self.rank}->r{peer}"
         return text
 
 
@@ -79,7 +90,7 @@ class Walkers:
         self._finished: dict[int, dict[str, Any]] = {}
         self._report_at = PROGRESS_EVERY
 
-    def start(self, rank: int, stream: str, ops: list[Op], handlers: dict[type, Handler]) -> None:
+    def start(self, rank: int, stream: str, ops: list[Op], handlers: dict[type, Bind]) -> None:
         """A walker for one stream's ops; it first runs at `run_ready`."""
         self.waiting[(rank, stream)] = (None, "not started")
         self._ready.append(self._walk(rank, stream, ops, handlers, self._finished.setdefault(rank, {})))
@@ -108,12 +119,13 @@ class Walkers:
             walker = value = None
 
     def _walk(
-        self, rank: int, stream: str, ops: list[Op], handlers: dict[type, Handler], done_of: dict[str, Any]
+        self, rank: int, stream: str, ops: list[Op], handlers: dict[type, Bind], done_of: dict[str, Any]
     ) -> Generator[Any, Any, None]:
         """Run one stream's ops in order on the walker's own clock `t`."""
         t: float = self.env.now
         walker = Walker(rank, stream, self.spans.append)
-        me, waiting, spans, on_progress = walker.key, self.waiting, self.spans, self.on_progress
+        handle = {kind: bind(walker) for kind, bind in handlers.items()}
+        me, waiting, spans, on_progress, waits = walker.key, self.waiting, self.spans, self.on_progress, GeneratorType
         for op in ops:
             if on_progress is not None and len(spans) >= self._report_at:
                 self._report_at += PROGRESS_EVERY
@@ -129,8 +141,11 @@ class Walkers:
                     end = end.at
                 if end > t:
                     t = end
-            result = handlers[type(op)](walker, op, t)
-            t = (yield from result) if type(result) is GeneratorType else result  # type: ignore[assignment]
+            result = handle[type(op)](op, t)
+            while type(result) is Pending:  # park until it is filled in, then ask again
+                yield result
+                result = handle[type(op)](op, t)
+            t = (yield from result) if type(result) is waits else result  # type: ignore[misc]
             done = done_of.get(op.label)
             if done is None:
                 done_of[op.label] = t

@@ -14,7 +14,7 @@ walker alone needs no meeting, so its walker runs ahead.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 
 import networkx as nx
 import numpy as np
@@ -32,9 +32,10 @@ GroupKey = tuple[str, str, tuple[int, ...], float]  # (kind, algorithm, group, b
 
 
 class _Identity(dict):
-    """rank -> GPU when ranks are GPUs."""
+    """rank -> GPU when ranks are GPUs (kept on first look: a dict look-up after)."""
 
     def __missing__(self, rank: int) -> int:
+        self[rank] = rank
         return rank
 
 
@@ -63,9 +64,11 @@ class Scale:
         """Move a message rank -> peer; the event fires when it lands."""
         return self.network.transfer(self.gpu[rank], self.gpu[peer], nbytes, label)
 
-    def signal(self, rank: int, peer: int, start_s: float, label: str) -> float:
-        """Record a zero-byte message sent at `start_s`; its latency."""
-        return self.network.signal(self.gpu[rank], self.gpu[peer], start_s, label)
+    def signal_from(self, rank: int) -> Callable[[int, float, str], float]:
+        """(peer, start_s, label) -> latency: record a zero-byte message from `rank` sent at
+        `start_s` (alone: it takes no bandwidth, and its images would land at the same time)."""
+        signal, gpu, src = self.network.signal, self.gpu, self.gpu[rank]
+        return lambda peer, start_s, label: signal(src, gpu[peer], start_s, label)
 
     def ahead(self, op: Collective) -> Recording | None:
         """The recording of a collective whose time is known the moment its walker reaches it (no
