@@ -28,15 +28,14 @@ import simpy
 from clustersim.sim.network.few_flows import FewFlows
 from clustersim.sim.network.flows import ActiveFlows
 from clustersim.sim.network.ledger import Ledger, Recording
-from clustersim.sim.network.maxmin import concat_ranges, row_lengths
+from clustersim.sim.network.maxmin import row_lengths
 from clustersim.sim.network.orbits import Orbits
 from clustersim.sim.network.records import FlowTable, LinkStats
+from clustersim.sim.network.routes import Routes, sub_csr
 from clustersim.topologies.routing import Router, make_router
 from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
-PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
-PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
 class _Group:
@@ -67,8 +66,7 @@ class Network:
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self.router = router or make_router(graph)
-        self._latency_cache: dict[tuple[int, int], float] = {}
-        self._pattern_cache: dict[tuple[bytes, bytes], tuple] = {}
+        self.routes = Routes(self.router, self.latency_s)
         self.orbits = None
         if images is not None:  # GPUs outside the shifted ranks stay where they are
             num_gpus = len(gpu_nodes(graph))
@@ -83,7 +81,7 @@ class Network:
         twin = copy.copy(self)
         twin.env = env
         if self.orbits is not None:  # the twin moves every flow itself (its routes are cached apart)
-            twin.orbits, twin._pattern_cache = None, {}
+            twin.orbits, twin.routes = None, self.routes.fresh()
         twin._reset_state()
         return twin
 
@@ -114,80 +112,9 @@ class Network:
     def signal(self, src: int, dst: int, start_s: float, label: str) -> float:
         """Record a zero-byte message sent at `start_s` (it takes no bandwidth, so nothing is
         re-shared and it may be sent ahead of SimPy's clock); return its path latency."""
-        latency_s = self._latency_cache.get((src, dst))
-        if latency_s is None:
-            latency_s = self._path_latency(src, dst)
+        latency_s = self.routes.path_latency(src, dst)
         self.ledger.signal(src, dst, start_s, start_s + latency_s, label)
         return latency_s
-
-    def _cached(self, src: np.ndarray, dst: np.ndarray, make):
-        """make(src, dst), cached by the (src, dst) pattern: a collective repeats the same few
-        patterns step after step."""
-        if len(src) > PATTERN_MAX_MESSAGES:  # a one-off bulk (an all-to-all): not worth keeping
-            return make(src, dst)
-        key = (src.tobytes(), dst.tobytes())
-        if key not in self._pattern_cache:
-            if len(self._pattern_cache) >= PATTERN_CACHE_SIZE:
-                self._pattern_cache.clear()
-            self._pattern_cache[key] = make(src, dst)
-        return self._pattern_cache[key]
-
-    def _orbit_routes(self, src: np.ndarray, dst: np.ndarray):
-        """For messages given by a symmetric run, one per orbit among them: (which of them stand
-        for their orbits, their src, dst, routed mask, routes on canonical links (CSR, of the
-        routed) and latency; each routed orbit's members as (src, dst, route CSR); every member's
-        src and dst, orbit-major)."""
-        orbits = self.orbits
-        picked = np.unique(orbits.keys(src, dst), return_index=True)[1]
-        picked.sort()
-        full_src, full_dst = orbits.members(src[picked], dst[picked])
-        routed = full_src != full_dst
-        ptr, links, latency = self._route(full_src, full_dst, routed)
-        size = orbits.size
-        flow_ptr, flow_links = orbits.learn(ptr, links, int(routed[::size].sum()))
-        members = []
-        for j, first in enumerate(np.flatnonzero(routed)[::size].tolist()):  # each routed orbit's first member
-            rows = ptr[j * size : (j + 1) * size + 1]
-            members.append(
-                (
-                    full_src[first : first + size],
-                    full_dst[first : first + size],
-                    rows - rows[0],
-                    links[rows[0] : rows[-1]],
-                )
-            )
-        return (
-            picked,
-            src[picked],
-            dst[picked],
-            routed[::size],
-            flow_ptr,
-            flow_links,
-            latency[::size],
-            members,
-            full_src,
-            full_dst,
-        )
-
-    def _route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
-        ptr, links = (
-            self.router.route_many(src[routed], dst[routed])
-            if routed.any()
-            else (np.zeros(1, np.int64), np.zeros(0, np.int64))
-        )
-        latency = np.zeros(len(src))
-        if len(links):
-            latency[routed] = np.add.reduceat(self.latency_s[links], ptr[:-1])
-        return ptr, links, latency
-
-    def _path_latency(self, src: int, dst: int) -> float:
-        """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
-        key = (src, dst)
-        if key not in self._latency_cache:
-            self._latency_cache[key] = float(
-                self._route(np.array([src]), np.array([dst]), np.array([src != dst]))[2][0]
-            )
-        return self._latency_cache[key]
 
     def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:
         """Many messages at once (arrays of GPU indices and byte counts); the event fires when the
@@ -202,15 +129,16 @@ class Network:
         gid = self.ledger.group(label)
         if self.orbits is None:
             routed, full_src, full_dst = src != dst, None, None
-            ptr, links, latency = self._cached(src, dst, lambda s, d: self._route(s, d, s != d))
+            ptr, links, latency = self.routes.cached(src, dst, lambda s, d: self.routes.route(s, d, s != d))
         else:
-            (picked, src, dst, routed, ptr, links, latency, members, full_src, full_dst) = self._cached(
-                src, dst, self._orbit_routes
+            orbits, routes = self.orbits, self.routes
+            (picked, src, dst, routed, ptr, links, latency, members, full_src, full_dst) = routes.cached(
+                src, dst, lambda s, d: orbits.routes(routes, s, d)
             )
             nbytes = nbytes[picked]
         moving = routed & (nbytes > 0)
         if not moving[routed].all():
-            ptr, links = _sub_csr(ptr, links, moving[routed])
+            ptr, links = sub_csr(ptr, links, moving[routed])
         # zero-byte messages still pay the path latency; a message to oneself pays nothing
         idle = ~moving
         land_s = float((now + latency[idle]).max()) if idle.any() else now
@@ -367,11 +295,3 @@ class Network:
         self.ledger.replay(recording, start_s, label)
         self.reshares += recording.reshares
         self.flows_reshared += recording.flows_reshared
-
-
-def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of a CSR selected by a boolean mask, as a new CSR."""
-    picked = np.flatnonzero(rows)
-    new_ptr = np.zeros(len(picked) + 1, dtype=np.int64)
-    np.cumsum(row_lengths(ptr)[picked], out=new_ptr[1:])
-    return new_ptr, values[concat_ranges(ptr[picked], ptr[picked + 1])]
