@@ -23,7 +23,7 @@ from clustersim.sim.engine.compute import ComputeHandler
 from clustersim.sim.engine.numerics import Numerics
 from clustersim.sim.engine.p2p import PointToPoint
 from clustersim.sim.engine.records import EventLog
-from clustersim.sim.engine.walkers import PROGRESS_EVERY, Walkers
+from clustersim.sim.engine.walkers import PROGRESS_EVERY, Bind, Walkers
 from clustersim.sim.network.network import Network
 from clustersim.sim.scale.execution import Scale
 
@@ -60,7 +60,7 @@ def _run(program, scale, compute_time_s, numerics, on_progress) -> EventLog:
     network, env = scale.network, scale.network.env
     walkers = Walkers(env, on_progress)
     p2p = PointToPoint(env, walkers, scale, numerics)
-    handlers = {
+    handlers: dict[type, Bind] = {
         Compute: ComputeHandler(compute_time_s, numerics).bind,
         Send: p2p.bind_send,
         Recv: p2p.bind_recv,

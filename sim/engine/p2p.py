@@ -81,7 +81,7 @@ class PointToPoint:
 
         def recv(op: Recv, t: float) -> float | Pending:
             key = (op.peer, rank, op.tag)
-            letter = mailbox.get(key)
+            letter: Any = mailbox.get(key)  # (arrival, payload), None, or a Pending
             if letter is None:
                 box = mailbox[key] = Pending()
                 waiting[me] = (op, "message")

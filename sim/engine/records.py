@@ -68,7 +68,8 @@ class EventLog:
         ops: dict[tuple[int, str, int, int], tuple[float, float]] = {}
         for span in self.spans:
             if span.phase == "F" or span.phase == "B":
-                key = (span.rank, span.phase, span.stage, span.microbatch)
+                # F and B spans carry a stage and a microbatch
+                key: tuple[int, str, int, int] = (span.rank, span.phase, span.stage, span.microbatch)  # type: ignore[assignment]
                 first = ops.get(key)
                 ops[key] = (span.start_s if first is None else first[0], span.end_s)
         return ops

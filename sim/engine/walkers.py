@@ -40,7 +40,7 @@ class Pending:
     def __init__(self) -> None:
         self.at: float | None = None
         self.value: object = None
-        self.waiters: list[Generator] = []
+        self.waiters: list[Generator[Any, Any, None]] = []
 
 
 # an op's end time; or a Pending to park on, after which the handler is asked again; or a
@@ -85,7 +85,7 @@ class Walkers:
         self.ends: list[float] = []  # each finished stream's last end time
         # (rank, stream) -> (op, what it waits for) while it has ops left, worded on deadlock
         self.waiting: dict[tuple[int, str], tuple[Op | None, str]] = {}
-        self._ready: deque[Generator] = deque()  # walkers woken, in wake-up order
+        self._ready: deque[Generator[Any, Any, None]] = deque()  # walkers woken, in wake-up order
         # rank -> label -> the op's end time, or the Pending its dependents wait on until it ends
         self._finished: dict[int, dict[str, Any]] = {}
         self._report_at = PROGRESS_EVERY
@@ -100,7 +100,7 @@ class Walkers:
         self._ready.extend(pending.waiters)
         pending.waiters.clear()
 
-    def run_ready(self, walker: Generator | None = None, value: object = None) -> None:
+    def run_ready(self, walker: Generator[Any, Any, None] | None = None, value: Any = None) -> None:
         """Resume `walker` (given by a SimPy event's callback, with the event's value), then every
         woken walker, first to last, each until it waits: on a `Pending` (parked there) or on a
         SimPy event (whose callback brings it back here)."""
@@ -131,7 +131,7 @@ class Walkers:
                 self._report_at += PROGRESS_EVERY
                 on_progress(len(spans))
             for dep in op.deps:
-                end = done_of.get(dep)
+                end: Any = done_of.get(dep)  # its end time, None, or a Pending
                 if end is None:  # not reached yet: leave a Pending for its producer to fill
                     end = done_of[dep] = Pending()
                 if type(end) is Pending:
@@ -141,11 +141,11 @@ class Walkers:
                     end = end.at
                 if end > t:
                     t = end
-            result = handle[type(op)](op, t)
+            result: Any = handle[type(op)](op, t)  # Ends
             while type(result) is Pending:  # park until it is filled in, then ask again
                 yield result
                 result = handle[type(op)](op, t)
-            t = (yield from result) if type(result) is waits else result  # type: ignore[misc]
+            t = (yield from result) if type(result) is waits else result
             done = done_of.get(op.label)
             if done is None:
                 done_of[op.label] = t

@@ -34,6 +34,18 @@ class _Flow:
         "group",
         "members",
     )
+    links: list[int]
+    remaining: float  # bytes left at time `since`
+    since: float
+    rate: float
+    finish_at: float
+    nbytes: float
+    latency: float
+    start: float
+    src: int
+    dst: int
+    group: int
+    members: object  # what the flow stands for (a quotient's orbit members)
 
 
 class FewFlows:

@@ -20,13 +20,15 @@ ignored. There is no second event queue. What it delivered is kept by its sim.le
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any, cast
 
 import networkx as nx
 import numpy as np
 import simpy
 
 from clustersim.sim.network.few_flows import FewFlows
-from clustersim.sim.network.flows import ActiveFlows
+from clustersim.sim.network.flows import ActiveFlows, Flows
 from clustersim.sim.network.ledger import Ledger, Recording
 from clustersim.sim.network.maxmin import row_lengths
 from clustersim.sim.network.orbits import Orbits
@@ -87,8 +89,10 @@ class Network:
 
     def _reset_state(self) -> None:
         # a symmetric run's quotient has a handful of flows in flight: kept as Python objects
-        self._flows = ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
-        self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
+        self._flows: Flows = (
+            ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
+        )
+        self._batch: Any = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake (ids as _flows gives them)
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
         self.ledger = Ledger(self.link_names, self.capacity_Bps, self.orbits)
@@ -103,9 +107,7 @@ class Network:
         """One message; `done` (a new event if not given) succeeds with `payload` when it lands."""
         if nbytes <= 0:
             done = done or self.env.event()
-            self.env.timeout(self.signal(src, dst, self.env.now, label)).callbacks.append(
-                lambda _: done.succeed(payload)
-            )
+            self.env.timeout(self.signal(src, dst, self.env.now, label)).callbacks.append(_succeed(done, payload))
             return done
         return self._start_group(np.array([src]), np.array([dst]), np.array([float(nbytes)]), label, done, payload)
 
@@ -216,7 +218,7 @@ class Network:
         flows, finished = self._flows, self._batch
         landing = self.env.now + flows.take(finished, "latency")
         finished_groups = flows.take(finished, "group")
-        if self.orbits is None:
+        if isinstance(flows, ActiveFlows):
             links, owner = flows.pairs_of(finished)
             ptr = np.zeros(len(finished) + 1, dtype=np.int64)
             np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
@@ -231,7 +233,7 @@ class Network:
                 links,
             )
         else:  # every member of each finished orbit lands with it
-            self._record_members(finished, landing, finished_groups)
+            self._record_members(cast(FewFlows, flows), finished, landing, finished_groups)
         flows.finish(finished, self.env.now)
         self.reshares += 1
         self.flows_reshared += flows.last_refilled
@@ -244,9 +246,8 @@ class Network:
                 self._land(gid)
         self._after_fill()
 
-    def _record_members(self, finished, landing: np.ndarray, groups: np.ndarray) -> None:
+    def _record_members(self, flows: FewFlows, finished: list[int], landing: np.ndarray, groups: np.ndarray) -> None:
         """Note the finished orbits (their members are listed, or summed, at the end)."""
-        flows = self._flows
         self.ledger.record_orbits(
             flows.members_of(finished),
             flows.take(finished, "start").tolist(),
@@ -257,7 +258,7 @@ class Network:
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)
-        self.env.timeout(group.land_s - self.env.now).callbacks.append(lambda _: group.done.succeed(group.payload))
+        self.env.timeout(group.land_s - self.env.now).callbacks.append(_succeed(group.done, group.payload))
 
     # -- what it delivered (sim.ledger) --------------------------------------------------------
 
@@ -274,20 +275,7 @@ class Network:
     def recording(self) -> Recording:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
         a `fresh` network (see sim.shortcut); never itself a replay's host."""
-        link_bytes, busy_s, peak = self.ledger.link_totals()
-        used = np.flatnonzero(link_bytes)
-        src, dst, start, end, nbytes, _, ptr, links = self.ledger.messages()
-        return Recording(
-            self.env.now,
-            used,
-            link_bytes[used],
-            busy_s[used],
-            peak[used],
-            self.ledger.load_timeline(),
-            (src, dst, start, end, nbytes, ptr, links),
-            self.reshares,
-            self.flows_reshared,
-        )
+        return self.ledger.recording(self.env.now, self.reshares, self.flows_reshared)
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """Add a recording's link statistics, load changes and messages as if it had run from
@@ -295,3 +283,12 @@ class Network:
         self.ledger.replay(recording, start_s, label)
         self.reshares += recording.reshares
         self.flows_reshared += recording.flows_reshared
+
+
+def _succeed(event: simpy.Event, value: object) -> Callable[[simpy.Event], None]:
+    """A callback that makes `event` succeed with `value`."""
+
+    def callback(_: simpy.Event) -> None:
+        event.succeed(value)
+
+    return callback
