@@ -102,7 +102,7 @@ def test_few_flows_share_like_the_array_flows(data):
     few, arrays = FewFlows(capacity), ActiveFlows(capacity)
     ids = {}
     now = 0.0
-    for step in range(data.draw(st.integers(1, 8))):
+    for _ in range(data.draw(st.integers(1, 8))):
         now += 0.1
         alive = [f for f in ids if f in few._flows]
         if alive and data.draw(st.booleans()):
@@ -116,7 +116,7 @@ def test_few_flows_share_like_the_array_flows(data):
                 )
             )
             ptr = np.cumsum([0] + [len(p) for p in paths])
-            links = np.array([l for p in paths for l in p])
+            links = np.array([link for p in paths for link in p])
             n = len(paths)
             columns = dict(
                 nbytes=np.full(n, 1e3),
