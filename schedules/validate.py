@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable
+from operator import attrgetter
 
 from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
 
@@ -46,11 +47,10 @@ def _ends(ops: list[Op]) -> dict[str, str]:
     return {_whole_label(op): op.label for op in ops if isinstance(op, Compute)}
 
 
-def validate(program: Program, joins: Callable[[Collective], tuple[int, ...]] | None = None) -> None:
+def validate(program: Program, joins: Callable[[Collective], tuple[int, ...]] = attrgetter("group")) -> None:
     """Raise ProgramError at the first broken rule (see the module docstring). `joins`: the ranks
     that must reach each collective (default: its whole group; a program that holds only some of
     the world's ranks says which of a group's members it holds)."""
-    joins = joins or _whole_group
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
@@ -58,10 +58,6 @@ def validate(program: Program, joins: Callable[[Collective], tuple[int, ...]] | 
         _check_p2p(pipeline)
     _check_collectives(program, joins)
     _check_deadlock(program, joins)
-
-
-def _whole_group(op: Collective) -> tuple[int, ...]:
-    return op.group
 
 
 def _check_structure(program: Program) -> None:

@@ -160,7 +160,10 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     program = add_data_parallel(
         program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
     )
-    validate(program, members_held(program) if representatives is not None else None)
+    if representatives is None:
+        validate(program)
+    else:
+        validate(program, members_held(program))
     return program
 
 

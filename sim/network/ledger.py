@@ -71,7 +71,8 @@ class Ledger:
 
     def record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
         """Delivered messages (columns, route CSR)."""
-        self._done.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
+        groups = group if isinstance(group, np.ndarray) else np.full(src.shape, group)  # a group id per message
+        self._done.append((src, dst, start, end, nbytes, groups, ptr, links))
 
     def record_orbits(
         self, members: list[tuple], start: list[float], end: list[float], nbytes: list[float], groups: list[int]
@@ -92,10 +93,9 @@ class Ledger:
         """The flow links `links` carry `count` flows at total rate `load` from `now`: load
         changes, peak flows and busy time."""
         changed = load != self._load[links]
-        self._load[links[changed]] = load[changed]
-        self._timeline.append(
-            (np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed], self._next_place())
-        )
+        moved, new_load = links[changed], load[changed]
+        self._load[moved] = new_load
+        self._timeline.append((np.full(len(moved), now), moved, new_load, self._next_place()))
         self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
         idle = np.isnan(self._busy_from[links])
         busy = count > 0
@@ -107,7 +107,10 @@ class Ledger:
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """A recording's link statistics, load changes and messages, as if run from `start_s`."""
         r = recording
-        self._replay_counts.setdefault(id(r), [r, 0])[1] += 1
+        counted = self._replay_counts.get(id(r))
+        if counted is None:
+            counted = self._replay_counts[id(r)] = [r, 0]
+        counted[1] += 1
         self._replays.append((r, start_s, len(self.labels), self._next_place()))
         self._replayed_messages += len(r.messages[0])
         self.labels.append(label)
