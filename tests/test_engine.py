@@ -88,7 +88,7 @@ def test_a_symmetric_scale_refuses_numerics():
     symmetry = symmetry_of(s)
     program = make_program(s, symmetry.representatives)
     scale = make_scale(program, build_topology(s), symmetry)
-    with pytest.raises(ValueError, match="no numerics"):
+    with pytest.raises(ValueError, match="runs no numerics"):
         run_program(program, scale.network, lambda op: 0.0, numerics=object(), scale=scale)  # type: ignore[arg-type]
 
 

@@ -49,13 +49,21 @@ def run_program(
     collectives move (sim.scale.make_scale; its network is `network`); default the plain run,
     ranks on GPUs `rank_to_gpu` (default: rank = GPU)."""
     scale = scale or Scale(network, rank_to_gpu)
-    if scale.network is not network or (scale.symmetry is not None and numerics is not None):
-        raise ValueError("the scale must move bytes on the run's network, and a symmetric one runs no numerics")
+    if scale.network is not network:
+        raise ValueError("the scale moves bytes on another network than the run's")
+    if scale.symmetry is not None and numerics is not None:
+        raise ValueError("a symmetric run walks representatives only: it runs no numerics")
     with _collector_paused():
         return _run(program, scale, compute_time_s, numerics, on_progress)
 
 
-def _run(program, scale, compute_time_s, numerics, on_progress) -> EventLog:
+def _run(
+    program: Program,
+    scale: Scale,
+    compute_time_s: Callable[[Compute], float],
+    numerics: Numerics | None,
+    on_progress: Callable[[int], None] | None,
+) -> EventLog:
     """Start one walker per (rank, stream), run SimPy to the end, check every stream finished."""
     network, env = scale.network, scale.network.env
     walkers = Walkers(env, on_progress)

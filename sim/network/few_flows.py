@@ -165,7 +165,8 @@ class FewFlows:
                 load[link] = load.get(link, 0.0) - flow.rate
                 unfrozen[link] = unfrozen.get(link, 0) + 1
             flow.rate = 0.0
-        residual = {link: max(float(capacity[link]) - load[link], 0.0) for link in unfrozen}
+        # max(x, 0.0) written out (0.0 if 0.0 > x else x, the same value): this loop is hot
+        residual = {link: 0.0 if 0.0 > (r := capacity.item(link) - load[link]) else r for link in unfrozen}
         active = dict.fromkeys(refill)
         on = self._on
         while active:
@@ -180,7 +181,8 @@ class FewFlows:
                 flow.rate = best
                 for link in flow.links:
                     unfrozen[link] -= 1
-                    residual[link] = max(residual[link] - best, 0.0)
+                    left = residual[link] - best
+                    residual[link] = 0.0 if 0.0 > left else left
             unfrozen = {link: n for link, n in unfrozen.items() if n > 0}
         for fid in refill:
             flow = flows[fid]
