@@ -300,7 +300,7 @@ def simulate(
 ) -> RunResult:
     """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
     `program`: one already made by program_of or make_program; `exact`: walk every rank and move every
-    collective's flows, no symmetry (sim.symmetry) and no replays (sim.shortcut), for checking
+    collective's flows, no symmetry (sim.scale.symmetry) and no replays (sim.scale.shortcut), for checking
     that those change nothing)."""
     # build
     program = program or program_of(scenario, exact)

@@ -44,7 +44,7 @@ class EventLog:
     num_ranks: int
     link_names: tuple[str, ...]
     links: LinkStats | None = None
-    # the ranks whose spans it holds when those stand for all (sim.symmetry): rank averages are theirs
+    # the ranks whose spans it holds when those stand for all (sim.scale.symmetry): rank averages are theirs
     represented: tuple[int, ...] | None = None
 
     @property

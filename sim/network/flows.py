@@ -17,7 +17,7 @@ from clustersim.sim.network.maxmin import concat_ranges, fill, link_csr, rates_t
 
 
 class Flows(Protocol):
-    """What the network asks of its flows in flight: this module's arrays, or sim.few_flows'
+    """What the network asks of its flows in flight: this module's arrays, or sim.network.few_flows'
     objects for a quotient's handful. Flow ids are whatever `add` and `next_finish` give."""
 
     touched: np.ndarray  # links whose load or count the last change touched

@@ -2,8 +2,8 @@
 
 sim.network moves the flows; this keeps the record, cheap to write during a run and turned into a
 FlowTable and LinkStats at its end. Flows' statistics are kept by flow link (in a symmetric run a
-canonical link stands for its orbit, sim.orbits) and handed to every link of the orbit at the
-end; replays' are kept by link. Replays only use links no flow uses (sim.shortcut), so the two
+canonical link stands for its orbit, sim.network.orbits) and handed to every link of the orbit at the
+end; replays' are kept by link. Replays only use links no flow uses (sim.scale.shortcut), so the two
 just add up. Past LISTED_MESSAGES_MAX replayed and orbit messages, those are summed per stream
 instead of listed, and the load timeline given out is the TIMELINE_LINKS hottest links'.
 """
@@ -235,7 +235,7 @@ class Ledger:
 
     def load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every load change in time order, replays included (changes at one instant in the order
-        they happened); of `links` only when given (sim.timeline)."""
+        they happened); of `links` only when given (sim.network.timeline)."""
         canon = self.orbits.canon if self.orbits is not None else None
         return load_timeline(self._timeline, self._replays, canon, self.num_links, links)
 

@@ -1,11 +1,13 @@
 """Flow-level network: every message is a flow on a routed path; links are shared max-min fairly.
 
-State is held as arrays over the active flows (sim.flows), so a re-share of a million flows is a
-handful of numpy passes (sim.maxmin); a symmetric run's network keeps one flow per orbit
-(sim.orbits), a handful, as Python objects (sim.few_flows). Rates are re-shared whenever flows start (the flows
-connected to them through shared links are filled again) or finish (only the flows at or above
-the slowest finisher's rate are). A message of M bytes on a path with latencies l_i is delivered at (the time its
-last byte leaves, given the rates it got) + sum(l_i): latency is paid once per message.
+State is held as arrays over the active flows (sim.network.flows), so a re-share of a million
+flows is a handful of numpy passes (sim.network.maxmin); a symmetric run's network keeps one flow
+per orbit (sim.network.orbits), a handful, as Python objects (sim.network.few_flows). Rates are
+re-shared whenever flows start (the flows connected to them through shared links are filled
+again) or finish (only the flows at or above the slowest finisher's rate are). A message of M
+bytes on a path with latencies l_i is delivered at (the time its last byte leaves, given the
+rates it got) + sum(l_i): latency is paid once per message. Routes and their caches are
+sim.network.routes'; the record of what was delivered is sim.network.ledger's.
 
 Messages are started in groups (`transfer_many`; `transfer` is a group of one); a group's event
 fires when its last message lands. Flows whose finish times lie within a relative 1e-9 of the
@@ -14,7 +16,7 @@ one re-share, not thousands.
 
 The network lives inside SimPy's event loop: each re-share schedules one timeout for the next
 finish, tagged with a generation number that the next re-share bumps, so stale timeouts are
-ignored. There is no second event queue. What it delivered is kept by its sim.ledger.
+ignored. There is no second event queue.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ class _Group:
 class Network:
     """Moves bytes between GPUs over a topology graph (see topologies.schema).
 
-    With `images` ([shift, GPU] -> GPU, the identity first: sim.symmetry's shifts) every message
-    moves together with all its images, and the network solves one flow per orbit (sim.orbits):
+    With `images` ([shift, GPU] -> GPU, the identity first: sim.scale.symmetry's shifts) every message
+    moves together with all its images, and the network solves one flow per orbit (sim.network.orbits):
     a transfer moves each distinct message it is given and its images, once.
     """
 
@@ -260,7 +262,7 @@ class Network:
         group = self._groups.pop(gid)
         self.env.timeout(group.land_s - self.env.now).callbacks.append(_succeed(group.done, group.payload))
 
-    # -- what it delivered (sim.ledger) --------------------------------------------------------
+    # -- what it delivered (sim.network.ledger) --------------------------------------------------------
 
     def flow_table(self) -> FlowTable:
         """Every delivered message, in delivery order (ties: the order they were recorded)."""
@@ -274,7 +276,7 @@ class Network:
 
     def recording(self) -> Recording:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
-        a `fresh` network (see sim.shortcut); never itself a replay's host."""
+        a `fresh` network (see sim.scale.shortcut); never itself a replay's host."""
         return self.ledger.recording(self.env.now, self.reshares, self.flows_reshared)
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:

@@ -1,6 +1,6 @@
 """The network of a symmetric run solved once per orbit: one flow stands for a message and its images.
 
-Under sim.symmetry every message moves together with its images, and the shifts that make the
+Under sim.scale.symmetry every message moves together with its images, and the shifts that make the
 images are automorphisms of the fabric: they map GPUs to GPUs, links to links of the same capacity
 and routes to routes. The max-min fair allocation of a flow set is unique, so when the set is
 invariant under the shifts so is the allocation: every image of a flow gets the same rate. It can
@@ -11,7 +11,7 @@ real constraint sum r m |G| / |O| <= capacity is, divided by |G| / |O|, the quot
 
     sum over flow orbits of r m <= capacity x |O| / |G|    (on the canonical link of O)
 
-which is what sim.flows fills (a path that crosses an orbit twice lists its link twice). Real loads
+which is what sim.network.flows fills (a path that crosses an orbit twice lists its link twice). Real loads
 and flow counts are the quotient's times |G| / |O| (`per_link`). Link orbits are learnt from the
 routes of a message's images: the i-th links of the images' routes form the orbit of the i-th link.
 A route that tells images apart (their lengths differ, or a link falls in two orbits) is an error.

@@ -1,8 +1,8 @@
 """The load timeline of a network's links: each change of a link's load, in time order.
 
-sim.ledger keeps the changes as the network made them: chunks of (times, flow links, loads) with
-each chunk's place among the chunks and the replays (sim.shortcut), by flow link (in a symmetric
-run a canonical link stands for its orbit, sim.orbits). Here they become one time-ordered list:
+sim.network.ledger keeps the changes as the network made them: chunks of (times, flow links, loads) with
+each chunk's place among the chunks and the replays (sim.scale.shortcut), by flow link (in a symmetric
+run a canonical link stands for its orbit, sim.network.orbits). Here they become one time-ordered list:
 a flow link's changes copied to every link of its orbit, each replay's recorded changes shifted to
 its start, and changes at one instant kept in the order they happened (their places).
 """

@@ -3,13 +3,13 @@
 The engine walks the ranks its program holds and, for every message and collective, asks a
 `Scale` how it moves. The plain `Scale` answers with identity: every rank walks, a collective
 waits for its whole group, a message moves once, and a collective moves its flows (or, where
-sim.shortcut allows, replays a recording of them). `Symmetric` answers for a program of
-representatives (sim.symmetry): a collective waits for the members the program holds, and a
+sim.scale.shortcut allows, replays a recording of them). `Symmetric` answers for a program of
+representatives (sim.scale.symmetry): a collective waits for the members the program holds, and a
 message or collective moves together with all its images; a replayed collective met by one
 walker alone needs no meeting, so its walker runs ahead.
 
 `make_scale` builds the one Network a run uses, with the orbits sim.network may solve once
-(sim.orbits) when the run is symmetric.
+(sim.network.orbits) when the run is symmetric.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Scale:
         return [tuple(self.gpu[r] for r in op.group)]
 
     def replayed(self, op: Collective, nbytes) -> Recording | None:
-        """The recording to replay for `op` (sim.shortcut), or None when it must move its flows:
+        """The recording to replay for `op` (sim.scale.shortcut), or None when it must move its flows:
         no shortcuts, an uneven all-to-all, or links that carry other traffic."""
         if self.shortcuts is None or np.ndim(nbytes):
             return None
@@ -130,7 +130,7 @@ class Scale:
 
 
 class Symmetric(Scale):
-    """A program of representatives (sim.symmetry; ranks are GPUs): every message and
+    """A program of representatives (sim.scale.symmetry; ranks are GPUs): every message and
     collective moves with its images; a collective waits only for the members the program holds."""
 
     def __init__(self, network: Network, symmetry: Symmetry, program: Program, shortcuts: Shortcuts | None = None):
@@ -163,7 +163,7 @@ class Symmetric(Scale):
 
     @property
     def messages_per_flow(self) -> int:
-        """Messages one network flow stands for (sim.orbits; 1 when the network moves each)."""
+        """Messages one network flow stands for (sim.network.orbits; 1 when the network moves each)."""
         return self.network.orbits.size if self.network.orbits is not None else 1
 
 
@@ -183,7 +183,7 @@ def members_held(program: Program):
 def make_scale(program: Program, graph: nx.DiGraph, symmetry: Symmetry | None, replays: bool = True) -> Scale:
     """The scale of a run of `program` on `graph`, with its one Network. `symmetry`: the run's
     shifts, used when the program holds exactly their representatives; `replays`: replay the
-    collectives of groups whose links carry nothing else (sim.shortcut)."""
+    collectives of groups whose links carry nothing else (sim.scale.shortcut)."""
     if symmetry is not None and program.ranks != symmetry.representatives:
         symmetry = None
     router = make_router(graph)

@@ -90,7 +90,7 @@ class Shortcuts:
         self, network: Network, kind: str, algorithm: str, groups: tuple[tuple[int, ...], ...], nbytes: float
     ) -> Recording:
         """The collective run alone on an idle copy of `network`, from t = 0, on each of `groups`
-        at once: one group, or a group and its images (sim.symmetry), whose links are disjoint, so
+        at once: one group, or a group and its images (sim.scale.symmetry), whose links are disjoint, so
         together each runs as alone and one replay stands for all (made once)."""
         key = (kind, algorithm, groups, nbytes)
         if key not in self._recordings:
@@ -107,6 +107,6 @@ class Shortcuts:
         return self._recordings[key]
 
     def replays(self, images: list[tuple[int, ...]]) -> bool:
-        """Whether a collective on a group and its images (sim.symmetry; or the group alone) is
+        """Whether a collective on a group and its images (sim.scale.symmetry; or the group alone) is
         replayed: every one of them has its links to itself."""
         return all(gpus in self.groups for gpus in images)
