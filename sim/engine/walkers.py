@@ -3,10 +3,10 @@
 A walker touches SimPy only where SimPy's clock matters (transfers and collectives, which first
 catch SimPy up to the walker's clock). An op's end time and a message's arrival are stored the
 moment they are known: a walker that finds the one it needs just moves its clock; one that comes
-first parks on a `Pending` there and is woken when the producer fills it in. Woken walkers are
-resumed at once, in the order they were woken (a FIFO of walkers, not of events: nothing in it
-has a time, so it is no second event queue beside SimPy's). So a pipeline's many small waits
-cost a dict look-up, or a list append and a generator resume, not an event through SimPy's heap.
+first parks on a `Pending` there and is woken when the producer fills it in, then resumed at
+once (the order is sim.engine.loop's tie-break rule; the walkers woken are a list without
+times, no second event queue beside SimPy's). So a pipeline's many small waits cost a dict
+look-up, or a list append and a generator resume, not an event through SimPy's heap.
 
 A walker asks its op's handler (sim.engine.compute, .p2p, .collective; bound to the walker
 once) to run the op from the walker's time t: the handler returns the op's end time; or a
