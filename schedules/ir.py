@@ -171,9 +171,7 @@ class Program:
     """rank -> ordered ops, plus the facts about the pipelines the validator needs.
 
     `stage_to_rank` places one pipeline's stages; with data parallelism every replica is a
-    pipeline of its own, and `replicas` lists each one's placement. `images`: the program holds
-    representative ranks only; a collective's members it does not hold are their images, which
-    the engine runs alongside (sim.symmetry), so they never join in person.
+    pipeline of its own, and `replicas` lists each one's placement.
     """
 
     ops: dict[int, list[Op]]
@@ -181,16 +179,6 @@ class Program:
     num_microbatches: int
     stage_to_rank: dict[int, int] = field(default_factory=dict)
     replicas: tuple[dict[int, int], ...] = ()
-    images: bool = False
-    _members: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # group -> in person
-
-    def members(self, op: Collective) -> tuple[int, ...]:
-        """The members of `op`'s group that join in person: all, or those the program holds."""
-        if not self.images:
-            return op.group
-        if op.group not in self._members:
-            self._members[op.group] = tuple(r for r in op.group if r in self.ops)
-        return self._members[op.group]
 
     @property
     def ranks(self) -> list[int]:
@@ -225,12 +213,11 @@ class Program:
             self.num_microbatches,
             {s: new_rank[r] for s, r in self.stage_to_rank.items()},
             tuple({s: new_rank[r] for s, r in placement.items()} for placement in self.replicas),
-            self.images,
         )
 
     @staticmethod
-    def merge(pipelines: list[Program], images: bool = False) -> Program:
-        """Replicas side by side (disjoint ranks) as one Program (`images`: they stand for more)."""
+    def merge(pipelines: list[Program]) -> Program:
+        """Replicas side by side (disjoint ranks) as one Program."""
         ops = {rank: list(rank_ops) for p in pipelines for rank, rank_ops in p.ops.items()}
         first = pipelines[0]
         return Program(
@@ -239,7 +226,6 @@ class Program:
             first.num_microbatches,
             dict(first.stage_to_rank),
             tuple(dict(p.stage_to_rank) for p in pipelines),
-            images,
         )
 
     def to_text(self) -> str:

@@ -19,6 +19,8 @@ Rules, checked in this order:
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Callable
+from operator import attrgetter
 
 from clustersim.schedules.ir import Collective, Compute, MessageTag, Op, Phase, Program, Recv, Send
 from clustersim.schedules.tags import CollectiveTag
@@ -46,15 +48,17 @@ def _ends(ops: list[Op]) -> dict[str, str]:
     return {_whole_label(op): op.label for op in ops if isinstance(op, Compute)}
 
 
-def validate(program: Program) -> None:
-    """Raise ProgramError at the first broken rule (see the module docstring)."""
+def validate(program: Program, joins: Callable[[Collective], tuple[int, ...]] = attrgetter("group")) -> None:
+    """Raise ProgramError at the first broken rule (see the module docstring). `joins`: the ranks
+    that must reach each collective (default: its whole group; a program that holds only some of
+    the world's ranks says which of a group's members it holds)."""
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
         _check_chains(pipeline)
         _check_p2p(pipeline)
-    _check_collectives(program)
-    _check_deadlock(program)
+    _check_collectives(program, joins)
+    _check_deadlock(program, joins)
 
 
 def _check_structure(program: Program) -> None:
@@ -197,7 +201,7 @@ def _check_p2p(program: Program) -> None:
             raise ProgramError(f"{_where(dst, j, recv)}: rank {src} never sends it")
 
 
-def _check_collectives(program: Program) -> None:
+def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
     seen: dict[CollectiveTag, dict[int, tuple[int, Collective]]] = defaultdict(dict)
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
@@ -207,7 +211,7 @@ def _check_collectives(program: Program) -> None:
                 seen[op.tag][rank] = (i, op)
     for members in seen.values():
         first_rank, (_, first) = next(iter(members.items()))
-        for rank in program.members(first):
+        for rank in joins(first):
             if rank not in members:
                 i, op = members[first_rank]
                 raise ProgramError(f"{_where(first_rank, i, op)}: member rank {rank} never joins it")
@@ -220,7 +224,7 @@ def _check_collectives(program: Program) -> None:
                 )
 
 
-def _check_deadlock(program: Program) -> None:
+def _check_deadlock(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
     """Dry run: each stream walks its ops in order; an op finishes once its deps have finished
     (a receive also once its matching send has finished, a collective once every member has
     reached it). Stuck streams are a deadlock. Streams wait on what blocks them and are woken
@@ -237,7 +241,7 @@ def _check_deadlock(program: Program) -> None:
     # rank -> label -> streams waiting for that op to finish (kept apart: checked after every op)
     waiting: dict[int, dict[str, list[tuple[int, str]]]] = {rank: {} for rank in program.ranks}
     ready = deque(streams)
-    members = program.members
+    members = joins
     while ready:
         key = ready.popleft()
         rank, ops, mine, on_mine = key[0], streams[key], done[key[0]], waiting[key[0]]
@@ -278,18 +282,18 @@ def _check_deadlock(program: Program) -> None:
         index = {(rank, op.label): i for rank in program.ranks for i, op in enumerate(program.ops[rank])}
         waits = "; ".join(
             f"{_where(rank, index[(rank, op.label)], op)} on stream {stream} waits for "
-            f"{_blocker(program, op, done[rank], joined)}"
+            f"{_blocker(op, done[rank], joined, joins)}"
             for (rank, stream), _, op in sorted(stuck, key=lambda s: s[0])
         )
         raise ProgramError(f"deadlock: {waits}")
 
 
-def _blocker(program: Program, op: Op, done: set[str], joined: dict) -> str:
+def _blocker(op: Op, done: set[str], joined: dict, joins: Callable[[Collective], tuple[int, ...]]) -> str:
     """What `op` waits for, in words."""
     for dep in op.deps:
         if dep not in done:
             return dep
-    if isinstance(op, Collective) and len(joined[op.tag]) < len(program.members(op)):
-        missing = [r for r in program.members(op) if r not in joined[op.tag]]
+    if isinstance(op, Collective) and len(joined[op.tag]) < len(joins(op)):
+        missing = [r for r in joins(op) if r not in joined[op.tag]]
         return f"ranks {', '.join(map(str, missing))} to join {op.label}"
     return f"SEND {op.label[5:]} on rank {op.peer}" if isinstance(op, Recv) else "nothing it names"

@@ -9,7 +9,6 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import networkx as nx
-import simpy
 
 from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
 from clustersim.schedules.ir import Compute, Program
@@ -17,7 +16,6 @@ from clustersim.schedules.layout import Layout
 from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
 from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.validate import validate
-from clustersim.sim.collectives.run import step_pairs
 from clustersim.sim.cost import compute as cost
 from clustersim.sim.cost.memory import activation_bytes_per_layer, model_state_bytes
 from clustersim.sim.cost.stages import (
@@ -33,7 +31,6 @@ from clustersim.sim.cost.stages import (
 )
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog
-from clustersim.sim.network.network import Network
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
 from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
@@ -42,7 +39,7 @@ from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
 from clustersim.sim.results.stragglers import straggler_summary
 from clustersim.sim.results.summary import summarize
-from clustersim.sim.scale.shortcut import Shortcuts
+from clustersim.sim.scale.execution import Symmetric, make_scale, members_held
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.sim.scenario.schema import Scenario
 from clustersim.topologies.kind import ReplicaBlocks, Shape
@@ -120,7 +117,7 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     ]
     moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
     program = add_tensor_parallel(
-        Program.merge(replicas, images=representatives is not None),
+        Program.merge(replicas),
         layout,
         TensorParallelPlan(moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full"),
         PieceCosts(
@@ -135,7 +132,10 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     program = add_data_parallel(
         program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
     )
-    validate(program)
+    if representatives is None:
+        validate(program)
+    else:
+        validate(program, members_held(program))
     return program
 
 
@@ -235,14 +235,6 @@ def program_of(scenario: Scenario, exact: bool = False) -> Program:
     return make_program(scenario, symmetry.representatives if symmetry is not None else None)
 
 
-class _Identity(dict):
-    """rank -> GPU when ranks are GPUs: every rank, including ranks a program of representatives
-    does not hold."""
-
-    def __missing__(self, rank: int) -> int:
-        return rank
-
-
 def simulate(
     scenario: Scenario,
     on_progress: Callable[[int], None] | None = None,
@@ -251,45 +243,25 @@ def simulate(
 ) -> RunResult:
     """Build, run and post-process one scenario (`on_progress`: see sim.engine.run_program;
     `program`: one already made by program_of or make_program; `exact`: walk every rank and move every
-    collective's flows, no symmetry (sim.symmetry) and no replays (sim.shortcut), for checking
+    collective's flows, no symmetry (sim.scale.symmetry) and no replays (sim.scale.shortcut), for checking
     that those change nothing)."""
+    # build
     program = program or program_of(scenario, exact)
-    symmetry = symmetry_of(scenario) if program.images else None
     graph = build_topology(scenario)
-    network = Network(simpy.Environment(), graph)
+    scale = make_scale(program, graph, symmetry_of(scenario), replays=not exact)
     numerics = make_numerics(scenario)
-    shortcuts = None if exact else Shortcuts(program, network, _Identity(), symmetry)
-    if (
-        symmetry is not None
-        and shortcuts is not None  # exact: every flow moved
-        and (images := symmetry.network_images(_self_mapped_steps(graph, shortcuts, symmetry))) is not None
-    ):
-        network = Network(network.env, graph, network.router, images)
+    # run
     log = run_program(
-        program,
-        network,
-        compute_time_fn(scenario),
-        numerics=numerics,
-        on_progress=on_progress,
-        shortcuts=shortcuts,
-        symmetry=symmetry,
+        program, scale.network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress, scale=scale
     )
+    # post-process
     memory = memory_of(scenario, log)
-    summary = summarize(scenario, log, memory, numerics.finish() if numerics else None, symmetry)
-    summary["replayed_groups"] = len(shortcuts.groups) if shortcuts else 0
-    if symmetry is not None:
-        summary["symmetry"]["messages_per_flow"] = network.orbits.size if network.orbits is not None else 1
+    summary = summarize(scenario, log, memory, numerics.finish() if numerics else None, scale.symmetry)
+    summary["replayed_groups"] = scale.replayed_groups
+    if isinstance(scale, Symmetric):
+        summary["symmetry"]["messages_per_flow"] = scale.messages_per_flow
     summary |= straggler_summary(log)
     return RunResult(scenario, program, graph, log, memory, summary)
-
-
-def _self_mapped_steps(graph, shortcuts: Shortcuts, symmetry: Symmetry):
-    """Each collective that moves its flows on a group some shift maps onto itself: the group
-    and its steps' (sources, destinations), for Symmetry.network_images."""
-    for group, kind, algorithm, nbytes in sorted({c[:4] for c in shortcuts.collectives}):
-        images = symmetry.groups(group)
-        if len(images) < symmetry.images_per_rank and not shortcuts.replays(images):
-            yield group, step_pairs(graph, kind, algorithm, group, nbytes)
 
 
 def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:

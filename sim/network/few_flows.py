@@ -1,10 +1,10 @@
 """The flows in flight when they are few, as Python objects: work in proportion to what a change touches.
 
-A symmetric run's network (sim.orbits) keeps one flow per orbit, so a handful are in flight on
-a fabric of a hundred thousand links. sim.flows' arrays span every link and cost a few numpy
+A symmetric run's network (sim.network.orbits) keeps one flow per orbit, so a handful are in flight on
+a fabric of a hundred thousand links. sim.network.flows' arrays span every link and cost a few numpy
 calls per change whatever their size; here a start or a finish costs Python work on the flows
 connected to it and their links only, nothing in proportion to the fabric. Same model and the
-same filling rule as sim.flows and sim.maxmin (progressive filling, bottlenecks within a relative
+same filling rule as sim.network.flows and sim.network.maxmin (progressive filling, bottlenecks within a relative
 TIE of the lowest share fill together; a finish re-fills only the flows at or above the slowest
 leaver's rate, see maxmin.rates_that_survive); a path may list a link more than once (it then
 counts that many times on it).
@@ -34,13 +34,25 @@ class _Flow:
         "group",
         "members",
     )
+    links: list[int]
+    remaining: float  # bytes left at time `since`
+    since: float
+    rate: float
+    finish_at: float
+    nbytes: float
+    latency: float
+    start: float
+    src: int
+    dst: int
+    group: int
+    members: object  # what the flow stands for (a quotient's orbit members)
 
 
 class FewFlows:
     """Flows by id (ids count up from 0), the links they cross, per-link load and flow count."""
 
     def __init__(self, capacity_Bps: np.ndarray):
-        self.capacity_Bps = capacity_Bps  # read when a fill needs a link (it may be set late, sim.orbits)
+        self.capacity_Bps = capacity_Bps  # read when a fill needs a link (it may be set late, sim.network.orbits)
         self._flows: dict[int, _Flow] = {}
         self._on: dict[int, dict[int, None]] = {}  # link -> the flows crossing it (insertion order)
         self._load: dict[int, float] = {}
@@ -153,7 +165,8 @@ class FewFlows:
                 load[link] = load.get(link, 0.0) - flow.rate
                 unfrozen[link] = unfrozen.get(link, 0) + 1
             flow.rate = 0.0
-        residual = {link: max(float(capacity[link]) - load[link], 0.0) for link in unfrozen}
+        # max(x, 0.0) written out (0.0 if 0.0 > x else x, the same value): this loop is hot
+        residual = {link: 0.0 if 0.0 > (r := capacity.item(link) - load[link]) else r for link in unfrozen}
         active = dict.fromkeys(refill)
         on = self._on
         while active:
@@ -168,7 +181,8 @@ class FewFlows:
                 flow.rate = best
                 for link in flow.links:
                     unfrozen[link] -= 1
-                    residual[link] = max(residual[link] - best, 0.0)
+                    left = residual[link] - best
+                    residual[link] = 0.0 if 0.0 > left else left
             unfrozen = {link: n for link, n in unfrozen.items() if n > 0}
         for fid in refill:
             flow = flows[fid]

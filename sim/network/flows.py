@@ -9,9 +9,32 @@ and so is each flow's drain: `remaining` bytes as of time `since`, and the absol
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 
 from clustersim.sim.network.maxmin import concat_ranges, fill, link_csr, rates_that_survive, row_lengths
+
+
+class Flows(Protocol):
+    """What the network asks of its flows in flight: this module's arrays, or sim.network.few_flows'
+    objects for a quotient's handful. Flow ids are whatever `add` and `next_finish` give."""
+
+    touched: np.ndarray  # links whose load or count the last change touched
+    last_refilled: int  # flows the last fill worked on (a speed measure)
+
+    @property
+    def num_alive(self) -> int: ...
+    def add(
+        self, ptr: np.ndarray, links: np.ndarray, *, nbytes, latency, start, src, dst, group, members=None
+    ) -> Any: ...
+    def fill_component(self, seeds: Any, now: float) -> None: ...
+    def finish(self, gone: Any, now: float) -> None: ...
+    def take(self, ids: Any, name: str) -> np.ndarray: ...
+    def loads(self, links: np.ndarray) -> np.ndarray: ...
+    def counts(self, links: np.ndarray) -> np.ndarray: ...
+    def next_finish(self, now: float, together: float) -> tuple[float, Any]: ...
+
 
 PER_FLOW = ("remaining", "since", "finish_at", "rate", "nbytes", "latency", "start", "src", "dst", "group", "alive")
 

@@ -2,8 +2,8 @@
 
 sim.network moves the flows; this keeps the record, cheap to write during a run and turned into a
 FlowTable and LinkStats at its end. Flows' statistics are kept by flow link (in a symmetric run a
-canonical link stands for its orbit, sim.orbits) and handed to every link of the orbit at the
-end; replays' are kept by link. Replays only use links no flow uses (sim.shortcut), so the two
+canonical link stands for its orbit, sim.network.orbits) and handed to every link of the orbit at the
+end; replays' are kept by link. Replays only use links no flow uses (sim.scale.shortcut), so the two
 just add up. Past LISTED_MESSAGES_MAX replayed and orbit messages, those are summed per stream
 instead of listed, and the load timeline given out is the TIMELINE_LINKS hottest links'.
 """
@@ -17,6 +17,7 @@ import numpy as np
 from clustersim.sim.network.maxmin import concat_ranges, row_lengths
 from clustersim.sim.network.orbits import Orbits
 from clustersim.sim.network.records import FlowTable, LinkStats
+from clustersim.sim.network.timeline import load_timeline
 
 LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
 TIMELINE_LINKS = 16  # the load timeline link_stats gives: of this many hottest links (what links.png draws)
@@ -43,6 +44,7 @@ class Ledger:
     def __init__(self, link_names: tuple[str, ...], capacity_Bps: np.ndarray, orbits: Orbits | None):
         self.num_links = num_links = len(capacity_Bps)
         self.link_names, self.capacity_Bps, self.orbits = link_names, capacity_Bps, orbits
+        self._orbit_size = orbits.size if orbits is not None else 1  # messages one orbit record stands for
         self.labels: list[str] = []  # group id -> label
         self._flow_bytes = np.zeros(num_links)
         self._flow_busy_s = np.zeros(num_links)
@@ -69,14 +71,15 @@ class Ledger:
 
     def record(self, src, dst, start, end, nbytes, group, ptr, links) -> None:
         """Delivered messages (columns, route CSR)."""
-        self._done.append((src, dst, start, end, nbytes, np.broadcast_to(group, src.shape), ptr, links))
+        groups = group if isinstance(group, np.ndarray) else np.full(src.shape, group)  # a group id per message
+        self._done.append((src, dst, start, end, nbytes, groups, ptr, links))
 
     def record_orbits(
         self, members: list[tuple], start: list[float], end: list[float], nbytes: list[float], groups: list[int]
     ) -> None:
         """Delivered orbits, each one's members (src, dst, route CSR) listed or summed at the end."""
         self._orbit_records.extend(zip(members, start, end, nbytes, groups))
-        self._orbit_messages += len(members) * self.orbits.size
+        self._orbit_messages += len(members) * self._orbit_size
 
     def signal(self, src: int, dst: int, start_s: float, end_s: float, label: str) -> None:
         """A zero-byte message: no route, a label of its own."""
@@ -90,10 +93,9 @@ class Ledger:
         """The flow links `links` carry `count` flows at total rate `load` from `now`: load
         changes, peak flows and busy time."""
         changed = load != self._load[links]
-        self._load[links[changed]] = load[changed]
-        self._timeline.append(
-            (np.broadcast_to(now, (int(changed.sum()),)), links[changed], load[changed], self._next_place())
-        )
+        moved, new_load = links[changed], load[changed]
+        self._load[moved] = new_load
+        self._timeline.append((np.full(len(moved), now), moved, new_load, self._next_place()))
         self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
         idle = np.isnan(self._busy_from[links])
         busy = count > 0
@@ -105,7 +107,10 @@ class Ledger:
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """A recording's link statistics, load changes and messages, as if run from `start_s`."""
         r = recording
-        self._replay_counts.setdefault(id(r), [r, 0])[1] += 1
+        counted = self._replay_counts.get(id(r))
+        if counted is None:
+            counted = self._replay_counts[id(r)] = [r, 0]
+        counted[1] += 1
         self._replays.append((r, start_s, len(self.labels), self._next_place()))
         self._replayed_messages += len(r.messages[0])
         self.labels.append(label)
@@ -142,7 +147,7 @@ class Ledger:
         """The finished orbits' members as record batches."""
         if not self._orbit_records:
             return []
-        size = self.orbits.size
+        size = self._orbit_size
         return [
             (src, dst, np.full(size, start), np.full(size, end), np.full(size, nbytes), np.full(size, gid), ptr, route)
             for (src, dst, ptr, route), start, end, nbytes, gid in self._orbit_records
@@ -230,55 +235,33 @@ class Ledger:
 
     def load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every load change in time order, replays included (changes at one instant in the order
-        they happened); of `links` only when given. A flow link's changes go to every link of
-        its orbit."""
-        wanted = np.ones(self.num_links, dtype=bool)
-        if links is not None:
-            wanted[:] = False
-            wanted[links] = True
-        chunks = []
-        if self._timeline:
-            t, link, v = (np.concatenate(column) for column in list(zip(*self._timeline))[:3])
-            place = np.repeat([p for *_, p in self._timeline], [len(c) for _, c, _, _ in self._timeline])
-            if self.orbits is None:
-                keep = wanted[link]
-                chunks.append((t[keep], link[keep], v[keep], place[keep]))
-            else:  # each change, once per wanted link of its orbit
-                real = np.flatnonzero(wanted)
-                canon = self.orbits.canon[real]
-                by_canon = real[np.argsort(canon, kind="stable")]
-                ptr = np.zeros(self.num_links + 1, dtype=np.int64)
-                np.cumsum(np.bincount(canon, minlength=self.num_links), out=ptr[1:])
-                rows = np.repeat(np.arange(len(link)), ptr[link + 1] - ptr[link])
-                chunks.append((t[rows], by_canon[concat_ranges(ptr[link], ptr[link + 1])], v[rows], place[rows]))
-        by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
-        for r, at, _, place in self._replays:
-            entry = by_recording.setdefault(id(r), (r, [], []))
-            entry[1].append(at)
-            entry[2].append(place)
-        for r, at, place in by_recording.values():
-            t, link, v = r.timeline
-            keep = wanted[link]
-            n, k = len(at), int(keep.sum())
-            chunks.append(
-                (
-                    (np.asarray(at)[:, None] + t[keep][None, :]).ravel(),
-                    np.tile(link[keep], n),
-                    np.tile(v[keep], n),
-                    np.repeat(place, k),
-                )
-            )
-        if not chunks:
-            return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
-        times, ids, loads, order_of = (np.concatenate(column) for column in zip(*chunks))
-        order = np.lexsort((order_of, times))  # stable: a chunk keeps its own order
-        return times[order], ids[order], loads[order]
+        they happened); of `links` only when given (sim.network.timeline)."""
+        canon = self.orbits.canon if self.orbits is not None else None
+        return load_timeline(self._timeline, self._replays, canon, self.num_links, links)
+
+    def recording(self, duration_s: float, reshares: int, flows_reshared: int) -> Recording:
+        """What was recorded so far, as a Recording to replay elsewhere (never itself a replay's
+        host: a recording holds flows only)."""
+        link_bytes, busy_s, peak = self.link_totals()
+        used = np.flatnonzero(link_bytes)
+        src, dst, start, end, nbytes, _, ptr, links = self.messages()
+        return Recording(
+            duration_s,
+            used,
+            link_bytes[used],
+            busy_s[used],
+            peak[used],
+            self.load_timeline(),
+            (src, dst, start, end, nbytes, ptr, links),
+            reshares,
+            flows_reshared,
+        )
 
     def link_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(bytes, busy seconds, peak flows) per link: the replays' plus the flows' (a flow link's
         for every link of its orbit)."""
-        real = (lambda x: x) if self.orbits is None else (lambda x: x[self.orbits.canon])  # noqa: E731
-        link_bytes, busy_s, peak = (real(x).copy() for x in (self._flow_bytes, self._flow_busy_s, self._flow_peak))
+        canon = self.orbits.canon if self.orbits is not None else slice(None)
+        link_bytes, busy_s, peak = (x[canon].copy() for x in (self._flow_bytes, self._flow_busy_s, self._flow_peak))
         for r, times in self._replay_counts.values():  # each recording's totals, times its replays
             link_bytes[r.links] += times * r.bytes
             busy_s[r.links] += times * r.busy_s

@@ -1,11 +1,13 @@
 """Flow-level network: every message is a flow on a routed path; links are shared max-min fairly.
 
-State is held as arrays over the active flows (sim.flows), so a re-share of a million flows is a
-handful of numpy passes (sim.maxmin); a symmetric run's network keeps one flow per orbit
-(sim.orbits), a handful, as Python objects (sim.few_flows). Rates are re-shared whenever flows start (the flows
-connected to them through shared links are filled again) or finish (only the flows at or above
-the slowest finisher's rate are). A message of M bytes on a path with latencies l_i is delivered at (the time its
-last byte leaves, given the rates it got) + sum(l_i): latency is paid once per message.
+State is held as arrays over the active flows (sim.network.flows), so a re-share of a million
+flows is a handful of numpy passes (sim.network.maxmin); a symmetric run's network keeps one flow
+per orbit (sim.network.orbits), a handful, as Python objects (sim.network.few_flows). Rates are
+re-shared whenever flows start (the flows connected to them through shared links are filled
+again) or finish (only the flows at or above the slowest finisher's rate are). A message of M
+bytes on a path with latencies l_i is delivered at (the time its last byte leaves, given the
+rates it got) + sum(l_i): latency is paid once per message. Routes and their caches are
+sim.network.routes'; the record of what was delivered is sim.network.ledger's.
 
 Messages are started in groups (`transfer_many`; `transfer` is a group of one); a group's event
 fires when its last message lands. Flows whose finish times lie within a relative 1e-9 of the
@@ -14,29 +16,30 @@ one re-share, not thousands.
 
 The network lives inside SimPy's event loop: each re-share schedules one timeout for the next
 finish, tagged with a generation number that the next re-share bumps, so stale timeouts are
-ignored. There is no second event queue. What it delivered is kept by its sim.ledger.
+ignored. There is no second event queue.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any, cast
 
 import networkx as nx
 import numpy as np
 import simpy
 
 from clustersim.sim.network.few_flows import FewFlows
-from clustersim.sim.network.flows import ActiveFlows
+from clustersim.sim.network.flows import ActiveFlows, Flows
 from clustersim.sim.network.ledger import Ledger, Recording
-from clustersim.sim.network.maxmin import concat_ranges, row_lengths
+from clustersim.sim.network.maxmin import row_lengths
 from clustersim.sim.network.orbits import Orbits
 from clustersim.sim.network.records import FlowTable, LinkStats
+from clustersim.sim.network.routes import Routes, sub_csr
 from clustersim.topologies.routing import Router, make_router
 from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
 FINISH_TOGETHER = 1e-9  # relative window of finish times treated as one batch
-PATTERN_CACHE_SIZE = 4096  # (src, dst) patterns whose routes are kept
-PATTERN_MAX_MESSAGES = 4096  # larger patterns are routed each time
 
 
 class _Group:
@@ -51,8 +54,8 @@ class _Group:
 class Network:
     """Moves bytes between GPUs over a topology graph (see topologies.schema).
 
-    With `images` ([shift, GPU] -> GPU, the identity first: sim.symmetry's shifts) every message
-    moves together with all its images, and the network solves one flow per orbit (sim.orbits):
+    With `images` ([shift, GPU] -> GPU, the identity first: sim.scale.symmetry's shifts) every message
+    moves together with all its images, and the network solves one flow per orbit (sim.network.orbits):
     a transfer moves each distinct message it is given and its images, once.
     """
 
@@ -67,8 +70,7 @@ class Network:
         self.capacity_Bps = np.array([d[BANDWIDTH] for _, _, d in edges], dtype=float)
         self.latency_s = np.array([d[LATENCY] for _, _, d in edges], dtype=float)
         self.router = router or make_router(graph)
-        self._latency_cache: dict[tuple[int, int], float] = {}
-        self._pattern_cache: dict[tuple[bytes, bytes], tuple] = {}
+        self.routes = Routes(self.router, self.latency_s)
         self.orbits = None
         if images is not None:  # GPUs outside the shifted ranks stay where they are
             num_gpus = len(gpu_nodes(graph))
@@ -83,14 +85,16 @@ class Network:
         twin = copy.copy(self)
         twin.env = env
         if self.orbits is not None:  # the twin moves every flow itself (its routes are cached apart)
-            twin.orbits, twin._pattern_cache = None, {}
+            twin.orbits, twin.routes = None, self.routes.fresh()
         twin._reset_state()
         return twin
 
     def _reset_state(self) -> None:
         # a symmetric run's quotient has a handful of flows in flight: kept as Python objects
-        self._flows = ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
-        self._batch = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake
+        self._flows: Flows = (
+            ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
+        )
+        self._batch: Any = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake (ids as _flows gives them)
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
         self.ledger = Ledger(self.link_names, self.capacity_Bps, self.orbits)
@@ -105,89 +109,16 @@ class Network:
         """One message; `done` (a new event if not given) succeeds with `payload` when it lands."""
         if nbytes <= 0:
             done = done or self.env.event()
-            self.env.timeout(self.signal(src, dst, self.env.now, label)).callbacks.append(
-                lambda _: done.succeed(payload)
-            )
+            self.env.timeout(self.signal(src, dst, self.env.now, label)).callbacks.append(_succeed(done, payload))
             return done
         return self._start_group(np.array([src]), np.array([dst]), np.array([float(nbytes)]), label, done, payload)
 
     def signal(self, src: int, dst: int, start_s: float, label: str) -> float:
         """Record a zero-byte message sent at `start_s` (it takes no bandwidth, so nothing is
         re-shared and it may be sent ahead of SimPy's clock); return its path latency."""
-        latency_s = self._latency_cache.get((src, dst))
-        if latency_s is None:
-            latency_s = self._path_latency(src, dst)
+        latency_s = self.routes.path_latency(src, dst)
         self.ledger.signal(src, dst, start_s, start_s + latency_s, label)
         return latency_s
-
-    def _cached(self, src: np.ndarray, dst: np.ndarray, make):
-        """make(src, dst), cached by the (src, dst) pattern: a collective repeats the same few
-        patterns step after step."""
-        if len(src) > PATTERN_MAX_MESSAGES:  # a one-off bulk (an all-to-all): not worth keeping
-            return make(src, dst)
-        key = (src.tobytes(), dst.tobytes())
-        if key not in self._pattern_cache:
-            if len(self._pattern_cache) >= PATTERN_CACHE_SIZE:
-                self._pattern_cache.clear()
-            self._pattern_cache[key] = make(src, dst)
-        return self._pattern_cache[key]
-
-    def _orbit_routes(self, src: np.ndarray, dst: np.ndarray):
-        """For messages given by a symmetric run, one per orbit among them: (which of them stand
-        for their orbits, their src, dst, routed mask, routes on canonical links (CSR, of the
-        routed) and latency; each routed orbit's members as (src, dst, route CSR); every member's
-        src and dst, orbit-major)."""
-        orbits = self.orbits
-        picked = np.unique(orbits.keys(src, dst), return_index=True)[1]
-        picked.sort()
-        full_src, full_dst = orbits.members(src[picked], dst[picked])
-        routed = full_src != full_dst
-        ptr, links, latency = self._route(full_src, full_dst, routed)
-        size = orbits.size
-        flow_ptr, flow_links = orbits.learn(ptr, links, int(routed[::size].sum()))
-        members = []
-        for j, first in enumerate(np.flatnonzero(routed)[::size].tolist()):  # each routed orbit's first member
-            rows = ptr[j * size : (j + 1) * size + 1]
-            members.append(
-                (
-                    full_src[first : first + size],
-                    full_dst[first : first + size],
-                    rows - rows[0],
-                    links[rows[0] : rows[-1]],
-                )
-            )
-        return (
-            picked,
-            src[picked],
-            dst[picked],
-            routed[::size],
-            flow_ptr,
-            flow_links,
-            latency[::size],
-            members,
-            full_src,
-            full_dst,
-        )
-
-    def _route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray):
-        ptr, links = (
-            self.router.route_many(src[routed], dst[routed])
-            if routed.any()
-            else (np.zeros(1, np.int64), np.zeros(0, np.int64))
-        )
-        latency = np.zeros(len(src))
-        if len(links):
-            latency[routed] = np.add.reduceat(self.latency_s[links], ptr[:-1])
-        return ptr, links, latency
-
-    def _path_latency(self, src: int, dst: int) -> float:
-        """Total latency of the route from GPU src to GPU dst (0 to itself), cached per pair."""
-        key = (src, dst)
-        if key not in self._latency_cache:
-            self._latency_cache[key] = float(
-                self._route(np.array([src]), np.array([dst]), np.array([src != dst]))[2][0]
-            )
-        return self._latency_cache[key]
 
     def transfer_many(self, src, dst, nbytes, label: str) -> simpy.Event:
         """Many messages at once (arrays of GPU indices and byte counts); the event fires when the
@@ -202,15 +133,16 @@ class Network:
         gid = self.ledger.group(label)
         if self.orbits is None:
             routed, full_src, full_dst = src != dst, None, None
-            ptr, links, latency = self._cached(src, dst, lambda s, d: self._route(s, d, s != d))
+            ptr, links, latency = self.routes.cached(src, dst, lambda s, d: self.routes.route(s, d, s != d))
         else:
-            (picked, src, dst, routed, ptr, links, latency, members, full_src, full_dst) = self._cached(
-                src, dst, self._orbit_routes
+            orbits, routes = self.orbits, self.routes
+            (picked, src, dst, routed, ptr, links, latency, members, full_src, full_dst) = routes.cached(
+                src, dst, lambda s, d: orbits.routes(routes, s, d)
             )
             nbytes = nbytes[picked]
         moving = routed & (nbytes > 0)
         if not moving[routed].all():
-            ptr, links = _sub_csr(ptr, links, moving[routed])
+            ptr, links = sub_csr(ptr, links, moving[routed])
         # zero-byte messages still pay the path latency; a message to oneself pays nothing
         idle = ~moving
         land_s = float((now + latency[idle]).max()) if idle.any() else now
@@ -288,7 +220,7 @@ class Network:
         flows, finished = self._flows, self._batch
         landing = self.env.now + flows.take(finished, "latency")
         finished_groups = flows.take(finished, "group")
-        if self.orbits is None:
+        if isinstance(flows, ActiveFlows):
             links, owner = flows.pairs_of(finished)
             ptr = np.zeros(len(finished) + 1, dtype=np.int64)
             np.cumsum(np.bincount(owner, minlength=len(finished)), out=ptr[1:])
@@ -303,7 +235,7 @@ class Network:
                 links,
             )
         else:  # every member of each finished orbit lands with it
-            self._record_members(finished, landing, finished_groups)
+            self._record_members(cast(FewFlows, flows), finished, landing, finished_groups)
         flows.finish(finished, self.env.now)
         self.reshares += 1
         self.flows_reshared += flows.last_refilled
@@ -316,9 +248,8 @@ class Network:
                 self._land(gid)
         self._after_fill()
 
-    def _record_members(self, finished, landing: np.ndarray, groups: np.ndarray) -> None:
+    def _record_members(self, flows: FewFlows, finished: list[int], landing: np.ndarray, groups: np.ndarray) -> None:
         """Note the finished orbits (their members are listed, or summed, at the end)."""
-        flows = self._flows
         self.ledger.record_orbits(
             flows.members_of(finished),
             flows.take(finished, "start").tolist(),
@@ -329,9 +260,9 @@ class Network:
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)
-        self.env.timeout(group.land_s - self.env.now).callbacks.append(lambda _: group.done.succeed(group.payload))
+        self.env.timeout(group.land_s - self.env.now).callbacks.append(_succeed(group.done, group.payload))
 
-    # -- what it delivered (sim.ledger) --------------------------------------------------------
+    # -- what it delivered (sim.network.ledger) --------------------------------------------------------
 
     def flow_table(self) -> FlowTable:
         """Every delivered message, in delivery order (ties: the order they were recorded)."""
@@ -345,21 +276,8 @@ class Network:
 
     def recording(self) -> Recording:
         """What this network did so far, to be replayed elsewhere: for a collective run alone on
-        a `fresh` network (see sim.shortcut); never itself a replay's host."""
-        link_bytes, busy_s, peak = self.ledger.link_totals()
-        used = np.flatnonzero(link_bytes)
-        src, dst, start, end, nbytes, _, ptr, links = self.ledger.messages()
-        return Recording(
-            self.env.now,
-            used,
-            link_bytes[used],
-            busy_s[used],
-            peak[used],
-            self.ledger.load_timeline(),
-            (src, dst, start, end, nbytes, ptr, links),
-            self.reshares,
-            self.flows_reshared,
-        )
+        a `fresh` network (see sim.scale.shortcut); never itself a replay's host."""
+        return self.ledger.recording(self.env.now, self.reshares, self.flows_reshared)
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """Add a recording's link statistics, load changes and messages as if it had run from
@@ -369,9 +287,10 @@ class Network:
         self.flows_reshared += recording.flows_reshared
 
 
-def _sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of a CSR selected by a boolean mask, as a new CSR."""
-    picked = np.flatnonzero(rows)
-    new_ptr = np.zeros(len(picked) + 1, dtype=np.int64)
-    np.cumsum(row_lengths(ptr)[picked], out=new_ptr[1:])
-    return new_ptr, values[concat_ranges(ptr[picked], ptr[picked + 1])]
+def _succeed(event: simpy.Event, value: object) -> Callable[[simpy.Event], None]:
+    """A callback that makes `event` succeed with `value`."""
+
+    def callback(_: simpy.Event) -> None:
+        event.succeed(value)
+
+    return callback

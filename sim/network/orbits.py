@@ -1,6 +1,6 @@
 """The network of a symmetric run solved once per orbit: one flow stands for a message and its images.
 
-Under sim.symmetry every message moves together with its images, and the shifts that make the
+Under sim.scale.symmetry every message moves together with its images, and the shifts that make the
 images are automorphisms of the fabric: they map GPUs to GPUs, links to links of the same capacity
 and routes to routes. The max-min fair allocation of a flow set is unique, so when the set is
 invariant under the shifts so is the allocation: every image of a flow gets the same rate. It can
@@ -11,7 +11,7 @@ real constraint sum r m |G| / |O| <= capacity is, divided by |G| / |O|, the quot
 
     sum over flow orbits of r m <= capacity x |O| / |G|    (on the canonical link of O)
 
-which is what sim.flows fills (a path that crosses an orbit twice lists its link twice). Real loads
+which is what sim.network.flows fills (a path that crosses an orbit twice lists its link twice). Real loads
 and flow counts are the quotient's times |G| / |O| (`per_link`). Link orbits are learnt from the
 routes of a message's images: the i-th links of the images' routes form the orbit of the i-th link.
 A route that tells images apart (their lengths differ, or a link falls in two orbits) is an error.
@@ -19,7 +19,12 @@ A route that tells images apart (their lengths differ, or a link falls in two or
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from clustersim.sim.network.routes import Routes
 
 
 class MessageOrbits:
@@ -99,3 +104,39 @@ class Orbits(MessageOrbits):
         self.canon[orbit] = first
         self.per_link[orbit] = self.size / len(orbit)
         self.capacity_Bps[first] = self._real_capacity[first] * len(orbit) / self.size
+
+    def routes(self, routes: Routes, src: np.ndarray, dst: np.ndarray) -> tuple:
+        """For messages given by a symmetric run, one per orbit among them: (which of them stand
+        for their orbits, their src, dst, routed mask, routes on canonical links (CSR, of the
+        routed) and latency; each routed orbit's members as (src, dst, route CSR); every member's
+        src and dst, orbit-major)."""
+        picked = np.unique(self.keys(src, dst), return_index=True)[1]
+        picked.sort()
+        full_src, full_dst = self.members(src[picked], dst[picked])
+        routed = full_src != full_dst
+        ptr, links, latency = routes.route(full_src, full_dst, routed)
+        size = self.size
+        flow_ptr, flow_links = self.learn(ptr, links, int(routed[::size].sum()))
+        members = []
+        for j, first in enumerate(np.flatnonzero(routed)[::size].tolist()):  # each routed orbit's first member
+            rows = ptr[j * size : (j + 1) * size + 1]
+            members.append(
+                (
+                    full_src[first : first + size],
+                    full_dst[first : first + size],
+                    rows - rows[0],
+                    links[rows[0] : rows[-1]],
+                )
+            )
+        return (
+            picked,
+            src[picked],
+            dst[picked],
+            routed[::size],
+            flow_ptr,
+            flow_links,
+            latency[::size],
+            members,
+            full_src,
+            full_dst,
+        )

@@ -17,7 +17,9 @@ time, so reports and pictures are the same as the exact path's.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 
+import networkx as nx
 import numpy as np
 import simpy
 
@@ -26,17 +28,25 @@ from clustersim.sim.collectives.run import message_pairs, run_collective, run_im
 from clustersim.sim.network.ledger import Recording
 from clustersim.sim.network.network import Network
 from clustersim.sim.scale.symmetry import Symmetry
+from clustersim.topologies.routing import Router
 
 
 class Shortcuts:
-    """Which process groups' collectives may be replayed on `network`, and their recordings."""
+    """Which process groups' collectives may be replayed on a network over `graph`, and their
+    recordings."""
 
     def __init__(
-        self, program: Program, network: Network, rank_to_gpu: dict[int, int], symmetry: Symmetry | None = None
+        self,
+        program: Program,
+        graph: nx.DiGraph,
+        router: Router,
+        rank_to_gpu: Mapping[int, int] | None = None,
+        symmetry: Symmetry | None = None,
     ):
-        """`symmetry`: the program's ranks are representatives whose images run alongside; their
-        groups and messages count too (ranks are GPUs then)."""
-        self.network = network
+        """`router`: the network's (its routes decide which links a group uses); `rank_to_gpu`:
+        default, ranks are GPUs. `symmetry`: the program's ranks are representatives whose images
+        run alongside; their groups and messages count too (ranks are GPUs then)."""
+        gpu_of: Callable[[int], int] = (lambda rank: rank) if rank_to_gpu is None else rank_to_gpu.__getitem__
         self._recordings: dict[tuple, Recording] = {}
         variants: dict[tuple[int, ...], set[tuple[str, str, float]]] = defaultdict(set)
         streams: dict[tuple[int, ...], set[str]] = defaultdict(set)
@@ -49,7 +59,7 @@ class Shortcuts:
             if type(op) is Collective
         }
         for group, kind, algorithm, nbytes, stream in self.collectives:
-            gpus = tuple(rank_to_gpu[r] for r in group)
+            gpus = tuple(gpu_of(r) for r in group)
             for image in symmetry.groups(gpus) if symmetry is not None else [gpus]:
                 variants[image].add((kind, algorithm, nbytes))
                 streams[image].add(stream)
@@ -57,35 +67,35 @@ class Shortcuts:
             (rank, op.peer) for rank, ops in program.ops.items() for op in ops if type(op) is Send and op.nbytes > 0
         }
         for rank, peer in sends:
-            src, dst = rank_to_gpu[rank], rank_to_gpu[peer]
+            src, dst = gpu_of(rank), gpu_of(peer)
             pairs.update(zip(*symmetry.pairs(src, dst)) if symmetry is not None else [(src, dst)])
-        owners = np.zeros(network.num_links, dtype=np.int64)  # how many traffic classes use each link
+        owners = np.zeros(graph.number_of_edges(), dtype=np.int64)  # how many traffic classes use each link
         group_links: dict[tuple[int, ...], np.ndarray] = {}
         for gpus, kinds in variants.items():
-            src, dst = (
-                np.concatenate(side)
-                for side in zip(*(message_pairs(network.graph, kind, algo, gpus, size) for kind, algo, size in kinds))
-            )
-            routed = src != dst
-            group_links[gpus] = np.unique(network.router.route_many(src[routed], dst[routed])[1])
+            sources, destinations = zip(*(message_pairs(graph, kind, algo, gpus, size) for kind, algo, size in kinds))
+            group_src, group_dst = np.concatenate(sources), np.concatenate(destinations)
+            routed = group_src != group_dst
+            group_links[gpus] = np.unique(router.route_many(group_src[routed], group_dst[routed])[1])
             owners[group_links[gpus]] += 1
         if pairs:
-            src, dst = (np.array(side, dtype=np.int64) for side in zip(*sorted(pairs)))
-            routed = src != dst
-            _, links = network.router.route_many(src[routed], dst[routed])
+            pair_src, pair_dst = (np.array(side, dtype=np.int64) for side in zip(*sorted(pairs)))
+            routed = pair_src != pair_dst
+            _, links = router.route_many(pair_src[routed], pair_dst[routed])
             owners[np.unique(links)] += 1
         self.groups = {
             gpus for gpus, links in group_links.items() if len(streams[gpus]) == 1 and (owners[links] == 1).all()
         }
 
-    def recording(self, kind: str, algorithm: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> Recording:
-        """The collective run alone on an idle copy of the network, from t = 0, on each of `groups`
-        at once: one group, or a group and its images (sim.symmetry), whose links are disjoint, so
+    def recording(
+        self, network: Network, kind: str, algorithm: str, groups: tuple[tuple[int, ...], ...], nbytes: float
+    ) -> Recording:
+        """The collective run alone on an idle copy of `network`, from t = 0, on each of `groups`
+        at once: one group, or a group and its images (sim.scale.symmetry), whose links are disjoint, so
         together each runs as alone and one replay stands for all (made once)."""
         key = (kind, algorithm, groups, nbytes)
         if key not in self._recordings:
             env = simpy.Environment()
-            alone = self.network.fresh(env)
+            alone = network.fresh(env)
             env.run(
                 env.process(
                     run_collective(alone, kind, algorithm, list(groups[0]), None, nbytes, label="")
@@ -97,6 +107,6 @@ class Shortcuts:
         return self._recordings[key]
 
     def replays(self, images: list[tuple[int, ...]]) -> bool:
-        """Whether a collective on a group and its images (sim.symmetry; or the group alone) is
+        """Whether a collective on a group and its images (sim.scale.symmetry; or the group alone) is
         replayed: every one of them has its links to itself."""
         return all(gpus in self.groups for gpus in images)

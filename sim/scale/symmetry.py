@@ -33,7 +33,7 @@ class Symmetry:
 
     def __init__(self, layout: Layout, fabric_step: int | None = None):
         """`fabric_step`: the replica shifts that are also automorphisms of the fabric (routes map
-        to routes, so the network may solve one flow per orbit, sim.orbits) are its multiples;
+        to routes, so the network may solve one flow per orbit, sim.network.orbits) are its multiples;
         default every shift (a switch)."""
         grid = layout.grid  # (dp, pp, tp) -> rank
         d, p, t = np.meshgrid(np.arange(layout.dp), np.arange(layout.pp), np.arange(layout.tp), indexing="ij")
@@ -51,7 +51,7 @@ class Symmetry:
         self._fabric_step = fabric_step or layout.ep
 
     def network_images(self, steps: Iterable[tuple[tuple[int, ...], list]]) -> np.ndarray | None:
-        """The shifts under which the network may keep one flow per orbit (sim.orbits), as image
+        """The shifts under which the network may keep one flow per orbit (sim.network.orbits), as image
         rows: the fabric's, else its replica shifts, else the shard shifts, else None. The flows in
         flight must be whole orbits: a group some shift maps onto itself must run steps that the
         shift maps onto themselves (a ring turned by its own rotation is; halving-doubling is not).
