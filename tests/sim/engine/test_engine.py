@@ -97,3 +97,26 @@ def test_a_collective_missing_a_member_is_a_deadlock_that_names_it():
     network = Network(simpy.Environment(), switch(2, 1e9, 0.0))
     with pytest.raises(DeadlockError, match=r"rank 0 dp: ALL_REDUCE x waits for ranks 0, 1 to join"):
         run_program(Program(ops, 1, 1), network, compute_time_s=lambda op: op.flops)
+
+
+def test_numerics_that_move_no_collective_refuse_the_first_collective():
+    """A plain pipeline's numerics (sim.numerics.pipeline) has no collective buffers: a program with
+    a collective must fail loudly at it, not run the collective without its data."""
+
+    class PipelineOnly:
+        def run_compute(self, rank, op):
+            return None
+
+        def work(self, rank, op):
+            return 1.0
+
+        def send_payload(self, rank, op):
+            return None
+
+        def receive(self, rank, op, payload):
+            return None
+
+    ops = {r: [Collective("all_reduce", "x", (0, 1), 1e6)] for r in (0, 1)}
+    network = Network(simpy.Environment(), switch(2, 1e9, 0.0))
+    with pytest.raises(TypeError, match=r"ALL_REDUCE x: PipelineOnly moves no collective's buffers"):
+        run_program(Program(ops, 1, 1), network, compute_time_s=lambda op: op.flops, numerics=PipelineOnly())
