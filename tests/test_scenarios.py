@@ -19,7 +19,12 @@ def test_there_are_scenarios():
     assert SCENARIOS
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+SLOW = {"gpt3_175b_ptdp", "gpt3_175b_1024", "llama3_405b_16k"}  # seconds each, even reduced
+
+
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in SLOW else []) for p in SCENARIOS]
+)
 def test_bundled_scenario_runs_and_matches_one_device(path):
     assert path.read_text().startswith("# "), "a scenario opens with a comment saying what it answers"
     for scenario in map(reduced, load_scenarios(path)):

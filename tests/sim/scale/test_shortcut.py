@@ -36,7 +36,10 @@ SYMMETRIC = {
 FLOW_ORBITS = {"fattree-64-interleaved": 16, "fattree-128-1f1b": 32, "fattree-256-1f1b": 2 * 8, "moe-fattree-64": 8}
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[pytest.mark.slow] if c in ("fattree-128-1f1b", "fattree-256-1f1b") else []) for c in CASES],
+)
 def test_replayed_collectives_change_nothing(case):
     fast, exact = run(case, exact=False), run(case, exact=True)
     assert fast["summary"]["replayed_groups"] > 0, "the case must exercise the shortcut"
