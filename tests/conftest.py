@@ -1,6 +1,6 @@
 """Shared fixtures. tests/ mirrors the packages (tests/sim/network/ tests sim/network/, ...);
-helper modules at this level (repo, transfers, finite_differences) import from any depth, since
-pytest puts the folder of this rootmost conftest on sys.path."""
+helper modules at this level (repo, transfers, finite_differences, symmetric_cases, golden_summaries)
+import from any depth, since pytest puts the folder of this rootmost conftest on sys.path."""
 
 from __future__ import annotations
 
@@ -11,12 +11,6 @@ import pytest
 from clustersim.sim.scenario.schema import Scenario
 
 from repo import QUICKSTART
-
-
-@pytest.fixture(scope="session")
-def quickstart_text() -> str:
-    """The bundled quickstart scenario's YAML, for tests that vary one field of a good file."""
-    return QUICKSTART.read_text()
 
 
 @pytest.fixture

@@ -69,8 +69,8 @@ def assert_rejected(text: str, path: str, reason: str, filename: str = "bad.yaml
 # --- good input -------------------------------------------------------------------------------
 
 
-def test_quickstart_loads_with_derived_values():
-    s = load_scenario(QUICKSTART)
+def test_quickstart_loads_with_derived_values(quickstart):
+    s = quickstart
     assert s.name == "quickstart"
     assert s.num_gpus == 4
     assert s.num_microbatches == 8  # 32 / (4 x dp 1)
@@ -255,10 +255,9 @@ def test_rejects_sequence_parallel_without_tp():
         load_scenario_text(variant(("parallel.sequence_parallel", True)))
 
 
-def test_scenario_is_frozen():
-    s = load_scenario(QUICKSTART)
+def test_scenario_is_frozen(quickstart):
     with pytest.raises(pydantic.ValidationError, match="frozen"):
-        s.parallel.pp = 2  # type: ignore[misc]
+        quickstart.parallel.pp = 2  # type: ignore[misc]
 
 
 def test_resolved_is_json_serialisable_and_stable():
