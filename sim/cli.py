@@ -16,9 +16,9 @@ from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
 
 
 def _run(args: argparse.Namespace) -> int:
-    from clustersim.sim.cost.memory import capacity_message
     from clustersim.sim.progress import op_progress
-    from clustersim.sim.report import OUTPUT_FILES, terminal_summary, write_outputs
+    from clustersim.sim.report import output_files, terminal_summary, write_outputs
+    from clustersim.sim.results.memory import capacity_message
     from clustersim.sim.run import program_of, simulate
 
     scenario = load_scenario(args.scenario)
@@ -28,14 +28,15 @@ def _run(args: argparse.Namespace) -> int:
     over = capacity_message(result.summary["memory_peak_bytes_per_rank"], result.summary["memory_capacity_bytes"])
     if over and args.strict_memory:
         raise ScenarioError(args.scenario, "cluster.gpu", f"{over} (--strict-memory)")
-    out_dir = write_outputs(result, Path(args.output) if args.output else scenario.output_dir)
+    written = {"plots": not args.no_plots, "trace": not args.no_trace, "program": not args.no_program}
+    out_dir = write_outputs(result, Path(args.output) if args.output else scenario.output_dir, **written)
     p = scenario.parallel
     print(
         f"{scenario.name}: {scenario.schedule}, pp={p.pp} x virtual={p.virtual}, dp={p.dp}, ZeRO {p.zero}, "
         f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}"
     )
     print(terminal_summary(result))
-    print(f"\nwrote {out_dir}/: {' '.join(OUTPUT_FILES)}")
+    print(f"\nwrote {out_dir}/: {' '.join(output_files(**written))}")
     return 0
 
 
@@ -182,6 +183,9 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's",
     )
+    run.add_argument("--no-plots", action="store_true", help="skip the PNGs (and never import matplotlib)")
+    run.add_argument("--no-trace", action="store_true", help="skip trace.json (Perfetto), large on big runs")
+    run.add_argument("--no-program", action="store_true", help="skip program.txt (every rank's op list)")
     run.set_defaults(func=_run)
     comp = sub.add_parser("compare", help="run several scenarios and compare where their step time goes")
     comp.add_argument(

@@ -3,62 +3,120 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from clustersim.schedules.ir import PIPELINE_PHASES
-from clustersim.sim.cost.memory import capacity_message
+from clustersim.sim.results.links import link_stats
+from clustersim.sim.results.memory import capacity_message
 from clustersim.sim.results.table import format_table
 from clustersim.sim.results.trace import MAX_SPAN_EVENTS, write_trace
 from clustersim.sim.run import RunResult
-from clustersim.sim.views.gantt import plot_gantt
-from clustersim.sim.views.links import plot_links
-from clustersim.sim.views.memory import plot_memory
-from clustersim.sim.views.traffic import plot_traffic
 
 GANTT_MAX_RANKS = 32
+PLOTS = ("gantt.png", "links.png", "memory.png", "traffic.png")
 OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "traffic.png", "program.txt")
 
 
-def write_outputs(result: RunResult, out_dir: Path) -> Path:
-    """Write summary.json, gantt.png, trace.json, links.png, memory.png, traffic.png and program.txt.
+def output_files(plots: bool = True, trace: bool = True, program: bool = True) -> tuple[str, ...]:
+    """The files a run writes, in OUTPUT_FILES order: summary.json always, the rest when asked."""
+    skipped = (() if plots else PLOTS) + (() if trace else ("trace.json",)) + (() if program else ("program.txt",))
+    return tuple(name for name in OUTPUT_FILES if name not in skipped)
+
+
+def write_outputs(
+    result: RunResult, out_dir: Path, plots: bool = True, trace: bool = True, program: bool = True
+) -> Path:
+    """Write summary.json and, unless switched off, the plots (gantt, links, memory, traffic PNGs),
+    trace.json and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
-    end, so a failure never leaves a half-written run folder behind.
+    end, so a failure never leaves a half-written run folder behind. matplotlib is imported only
+    when plots are drawn, so a batch run (plots off) never loads it.
     """
-    with output_folder(out_dir) as tmp:
+    with output_folder(out_dir) as tmp, _beside(partial(_write_plots, result, tmp) if plots else None):
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
-        sc = result.scenario
-        title = (
-            f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
-            f"step {result.summary['step_time_s'] * 1e3:.2f} ms"
-        )
-        ranks = None
-        if result.log.num_ranks > GANTT_MAX_RANKS:  # one pipeline, in stage order, stays readable
-            placement = result.program.stage_to_rank
-            ranks = list(dict.fromkeys(placement[stage] for stage in sorted(placement)))
-            title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
-        plot_gantt(result.log, tmp / "gantt.png", title, ranks)
-        write_trace(result.log, tmp / "trace.json", ranks if len(result.log.spans) > MAX_SPAN_EVENTS else None)
-        plot_links(
-            result.log.links,
-            result.summary["step_time_s"],
-            tmp / "links.png",
-            f"{sc.name}: utilisation of the hottest links",
-            result.graph,
-        )
-        plot_memory(
-            result.memory,
-            sc.gpu_spec.memory_bytes,
-            tmp / "memory.png",
-            f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})",
-        )
-        plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
-        (tmp / "program.txt").write_text(result.program.to_text() + "\n")
+        if trace:
+            write_trace(
+                result.log,
+                tmp / "trace.json",
+                _gantt_ranks(result) if len(result.log.spans) > MAX_SPAN_EVENTS else None,
+            )
+        if program:
+            (tmp / "program.txt").write_text(result.program.to_text() + "\n")
     return Path(out_dir)
+
+
+@contextmanager
+def _beside(work: Callable[[], None] | None) -> Iterator[None]:
+    """Run `work` in a forked child while the block runs, and wait for it at the end: the plots
+    draw on one core while the trace is written on the other (a fork shares the run's memory,
+    nothing is copied or pickled). A failed child fails the block; a failed block stops the child.
+    Without fork (Windows, macOS's default) or a second core, `work` runs here, first."""
+    if work is None:
+        yield
+        return
+    if (os.cpu_count() or 1) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        work()
+        yield
+        return
+    child = multiprocessing.get_context("fork").Process(target=work, daemon=True)
+    child.start()
+    try:
+        yield
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"drawing the plots failed (exit code {child.exitcode}; the child's traceback is above)")
+
+
+def _gantt_ranks(result: RunResult) -> list[int] | None:
+    """The ranks a big run's Gantt chart and trace keep: one pipeline, in stage order (None: all)."""
+    if result.log.num_ranks <= GANTT_MAX_RANKS:
+        return None
+    placement = result.program.stage_to_rank
+    return list(dict.fromkeys(placement[stage] for stage in sorted(placement)))
+
+
+def _write_plots(result: RunResult, tmp: Path) -> None:
+    """gantt.png, links.png, memory.png and traffic.png (the views import matplotlib)."""
+    from clustersim.sim.views.gantt import plot_gantt
+    from clustersim.sim.views.links import plot_links
+    from clustersim.sim.views.memory import plot_memory
+    from clustersim.sim.views.traffic import plot_traffic
+
+    sc = result.scenario
+    title = (
+        f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
+        f"step {result.summary['step_time_s'] * 1e3:.2f} ms"
+    )
+    ranks = _gantt_ranks(result)
+    if ranks is not None:
+        title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
+    plot_gantt(result.log, tmp / "gantt.png", title, ranks)
+    plot_links(
+        link_stats(result.log),
+        result.summary["step_time_s"],
+        tmp / "links.png",
+        f"{sc.name}: utilisation of the hottest links",
+        result.graph,
+    )
+    plot_memory(
+        result.memory,
+        sc.gpu_spec.memory_bytes,
+        tmp / "memory.png",
+        f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})",
+    )
+    plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
 
 
 @contextmanager

@@ -20,14 +20,7 @@ from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan,
 from clustersim.schedules.validate import validate
 from clustersim.sim.collectives.run import step_pairs
 from clustersim.sim.cost import compute as cost
-from clustersim.sim.cost.memory import (
-    MemoryTimeline,
-    activation_bytes_per_layer,
-    memory_peaks,
-    memory_timeline,
-    model_state_bytes,
-    ranks_over_capacity,
-)
+from clustersim.sim.cost.memory import activation_bytes_per_layer, model_state_bytes
 from clustersim.sim.cost.stages import (
     alltoall_bytes,
     expert_bytes,
@@ -47,11 +40,11 @@ from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
 from clustersim.sim.numerics.plan import Sharding, TrainingStep
 from clustersim.sim.numerics.transformer import ShadowConfig
-from clustersim.sim.results import metrics
-from clustersim.sim.results.links import hottest_links
+from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
 from clustersim.sim.results.stragglers import straggler_summary
+from clustersim.sim.results.summary import summarize
 from clustersim.sim.scale.shortcut import Shortcuts
-from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
+from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.sim.scenario.schema import Scenario
 from clustersim.topologies.registry import TOPOLOGIES
 
@@ -374,75 +367,3 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     if p.zero == 3 and p.dp > 1:
         gathers = {rank: max(weight_bytes(scenario, s) for s in stages) for rank, stages in activations.items()}
     return memory_timeline(log, static, activations, gathers)
-
-
-def summarize(
-    scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None, symmetry: Symmetry | None = None
-) -> dict:
-    """The documented summary.json keys (see README, "Outputs"). With `symmetry` the log holds the
-    representatives' spans only (and every image's flows): per-rank figures are theirs, copied to
-    their images, and rank averages count each representative for all its images."""
-    gpus, gpu = scenario.num_gpus, scenario.gpu_spec
-    expand = symmetry.expand if symmetry is not None else (lambda per_rank: per_rank)
-    images = symmetry.images_per_rank if symmetry is not None else 1
-    bubbles = expand(metrics.bubble_ratio_per_rank(log))
-    peaks = expand(memory_peaks(memory))
-    return {
-        "scenario_name": scenario.name,
-        "step_time_s": metrics.step_time_s(log),
-        "bubble_ratio_per_rank": bubbles,
-        "bubble_ratio_mean": sum(bubbles) / len(bubbles),
-        "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus // images),
-        "mfu": metrics.mfu(log, gpus // images, gpu.peak_flops),
-        "peak_inflight_microbatches_per_rank": expand(metrics.peak_inflight_microbatches_per_rank(log)),
-        "num_microbatches": scenario.num_microbatches,
-        "numerics_max_abs_err": numerics["max_abs_err"] if numerics else None,
-        "numerics_max_rel_err": numerics["max_rel_err"] if numerics else None,
-        "numerics": numerics,
-        "hottest_links": hottest_links_summary(log),
-        "memory_peak_bytes_per_rank": peaks,
-        "memory_capacity_bytes": gpu.memory_bytes,
-        "memory_over_capacity_ranks": ranks_over_capacity(peaks, gpu.memory_bytes),
-        "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
-        **alltoall_summary(log, gpus),
-        "symmetry": {
-            "simulated_ranks": len(symmetry.representatives),
-            "images_per_rank": images,
-            "image_spread_s": image_spread_s(log.flows),
-        }
-        if symmetry is not None
-        else None,
-        "scenario": scenario.resolved(),
-    }
-
-
-TRAFFIC_MATRIX_MAX_GPUS = 64  # a bigger matrix is no longer readable in summary.json (traffic.png shows it)
-
-
-def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
-    """The all-to-alls' share of the step, their bytes on the network, and their GPU x GPU
-    traffic matrix (null with no all-to-all or more than TRAFFIC_MATRIX_MAX_GPUS GPUs)."""
-    small = num_gpus <= TRAFFIC_MATRIX_MAX_GPUS
-    matrix = metrics.traffic_matrix_bytes(log, num_gpus, metrics.ALLTOALL_STREAMS, block=1 if small else num_gpus)
-    total = float(matrix.sum())
-    return {
-        "alltoall_time_share": metrics.alltoall_time_share(log),
-        "alltoall_bytes_total": total,
-        "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and small else None,
-    }
-
-
-def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
-    """The most utilised links: name, bytes, busy time, utilisation (bytes / (bandwidth x step)),
-    peak concurrent flows."""
-    stats = log.links
-    return [
-        {
-            "link": stats.names[link],
-            "bytes": float(stats.bytes[link]),
-            "busy_s": float(stats.busy_s[link]),
-            "utilisation": float(stats.utilisation[link]),
-            "peak_flows": int(stats.peak_flows[link]),
-        }
-        for link in hottest_links(stats, count).tolist()
-    ]

@@ -20,7 +20,8 @@ BENCH_ONLY_GPUS = 1024  # above this a scenario runs only with --full
 
 
 def reduced(scenario):
-    """The fewest microbatches the schedule allows (its registry entry says) above 32 GPUs."""
+    """Above 32 GPUs, the fewest microbatches the scenario's schedule allows; same cluster, model
+    and layout (the schedule registry says how few: pp for interleaved, 1 otherwise)."""
     from clustersim.schedules.pipeline import SCHEDULES
 
     if scenario.num_gpus <= 32:

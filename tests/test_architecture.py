@@ -101,6 +101,14 @@ def test_modules_stay_short_or_say_why():
         )
 
 
+def test_tests_mirror_the_packages():
+    """tests/sim/network/ holds the tests of sim/network/, and so on: every test folder is a package."""
+    for folder in sorted(p for p in (ROOT / "tests").rglob("*") if p.is_dir() and any(p.glob("test_*.py"))):
+        package = folder.relative_to(ROOT / "tests")
+        if package.parts:
+            assert (ROOT / package / "__init__.py").exists(), f"tests/{package}/ mirrors no package {package}/"
+
+
 def test_the_checker_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import clustersim.sim.engine\nfrom matplotlib import pyplot\ndef f():\n    import numpy\n")

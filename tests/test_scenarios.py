@@ -4,30 +4,19 @@ fewest microbatches their schedule allows (pp for interleaved, 1 otherwise), sam
 and layout. Production-size ones (more than 1,024 GPUs) are bench/scale.py's to run: here their
 program of representatives is built and validated."""
 
-from pathlib import Path
-
 import pytest
 
-from clustersim.schedules.pipeline import SCHEDULES
 from clustersim.sim.run import make_program, simulate, symmetry_of
 from clustersim.sim.scenario.loader import load_scenarios
 
-BENCH_ONLY_GPUS = 1024  # above this a scenario is only built here
+from golden_summaries import BENCH_ONLY_GPUS, reduced
+from repo import SCENARIOS as SCENARIOS_DIR
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted(SCENARIOS_DIR.glob("*.yaml"))
 
 
 def test_there_are_scenarios():
     assert SCENARIOS
-
-
-def reduced(scenario):
-    if scenario.num_gpus <= 32:
-        return scenario
-    p, t = scenario.parallel, scenario.training
-    microbatches = SCHEDULES[scenario.schedule].fewest_microbatches(scenario.schedule, p.pp, p.virtual)
-    training = t.model_copy(update={"global_batch": t.micro_batch * p.dp * microbatches})
-    return scenario.model_copy(update={"training": training})
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

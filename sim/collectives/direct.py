@@ -23,8 +23,11 @@ evenly between the messages leaving it:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
-from clustersim.sim.collectives.steps import Plan, Step, StepBuilder
+import numpy as np
+
+from clustersim.sim.collectives.steps import CollectiveError, Plan, Step, StepBuilder
 
 
 def _others(plan: Plan, r: int) -> list[int]:
@@ -80,31 +83,46 @@ def scatter(plan: Plan) -> Iterator[Step]:
     yield step.build()
 
 
-def _piece(step: StepBuilder, plan: Plan, i: int, j: int) -> None:
+class _Pieces(NamedTuple):
+    """An all_to_all plan's (n, n) tables: piece i -> j's length, offsets and real bytes."""
+
+    counts: np.ndarray
+    send_off: np.ndarray
+    recv_off: np.ndarray
+    pair_bytes: np.ndarray
+
+
+def _pieces(plan: Plan) -> _Pieces:
+    if plan.counts is None or plan.send_off is None or plan.recv_off is None or plan.pair_bytes is None:
+        raise CollectiveError("all_to_all: the plan has no piece tables (counts, offsets, bytes): not made by prepare")
+    return _Pieces(plan.counts, plan.send_off, plan.recv_off, plan.pair_bytes)
+
+
+def _piece(step: StepBuilder, pieces: _Pieces, i: int, j: int) -> None:
     """Piece i -> j of an all-to-all: from rank i's send area to rank j's receive area."""
-    count = int(plan.counts[i, j])
-    src = slice(int(plan.send_off[i, j]), int(plan.send_off[i, j]) + count)
-    dst = slice(int(plan.recv_off[i, j]), int(plan.recv_off[i, j]) + count)
-    step.send(i, j, plan.pair_bytes[i, j], src, dst)
+    count = int(pieces.counts[i, j])
+    src = slice(int(pieces.send_off[i, j]), int(pieces.send_off[i, j]) + count)
+    dst = slice(int(pieces.recv_off[i, j]), int(pieces.recv_off[i, j]) + count)
+    step.send(i, j, pieces.pair_bytes[i, j], src, dst)
 
 
 def all_to_all(plan: Plan) -> Iterator[Step]:
-    step = StepBuilder()
+    step, pieces = StepBuilder(), _pieces(plan)
     for i in range(plan.n):
         for j in range(plan.n):
-            _piece(step, plan, i, j)
+            _piece(step, pieces, i, j)
     yield step.build()
 
 
 def all_to_all_pairwise(plan: Plan) -> Iterator[Step]:
-    n = plan.n
+    n, pieces = plan.n, _pieces(plan)
     for k in range(1, max(n, 2)):
         step = StepBuilder()
         for i in range(n):
             if k == 1:
-                _piece(step, plan, i, i)  # the local copy rides along with the first step
+                _piece(step, pieces, i, i)  # the local copy rides along with the first step
             if n > 1:
-                _piece(step, plan, i, (i + k) % n)
+                _piece(step, pieces, i, (i + k) % n)
         yield step.build()
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from clustersim.sim.collectives.ring import ring_all_gather, ring_reduce_scatter
-from clustersim.sim.collectives.steps import Plan, Step, require
+from clustersim.sim.collectives.steps import CollectiveError, Plan, Step, require
 
 
 def all_reduce(plan: Plan) -> Iterator[Step]:
     nodes = plan.nodes
-    require(nodes is not None, "hierarchical needs the node structure (a topology with gpus per node)")
+    if nodes is None:
+        raise CollectiveError("hierarchical needs the node structure (a topology with gpus per node)")
     sizes = {len(node) for node in nodes}
     require(len(sizes) == 1, f"hierarchical needs the same number of GPUs on every node, got {sorted(sizes)}")
     num_nodes, per_node = len(nodes), sizes.pop()

@@ -24,6 +24,7 @@ import numpy as np
 
 from clustersim.sim.collectives.ops import REDUCING, ROOTED, reference
 from clustersim.sim.collectives.run import resolve, time_collective
+from clustersim.sim.collectives.steps import CollectiveError
 from clustersim.sim.results.table import format_table
 from clustersim.sim.scenario.units import parse_bytes
 from clustersim.topologies.schema import gpu_nodes
@@ -130,6 +131,8 @@ def sweep(
         buffers = example_buffers(op, n)
         reduce_op = redop if op in REDUCING else "sum"
         seconds, outputs = time_collective(graph, op, algo, None, float(size), buffers, reduce_op, root=root)
+        if outputs is None:
+            raise CollectiveError(f"{op} with {algo}: no outputs for the buffers given")
         algbw = size / seconds / 1e9 if seconds > 0 else math.inf
         rows.append(
             {

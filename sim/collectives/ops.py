@@ -42,15 +42,16 @@ class Pieces(NamedTuple):
     shares: np.ndarray | None = None
 
 
-def unpack_pieces(buffers: list, nbytes: float) -> tuple[list, np.ndarray | None, object]:
+def unpack_pieces(buffers: list, nbytes: float) -> tuple[list, np.ndarray | None, float | np.ndarray]:
     """(flat buffers, counts matrix or None, nbytes or its (n, n) matrix) of an all_to_all's inputs
     that may be `Pieces`: the matrices are their rows stacked."""
     if not buffers or not isinstance(buffers[0], Pieces):
         return buffers, None, nbytes
     counts = np.array([b.counts for b in buffers])
-    if buffers[0].shares is not None:
-        nbytes = float(nbytes) * np.array([b.shares for b in buffers], dtype=float)
-    return [b.flat for b in buffers], counts, nbytes
+    flats = [b.flat for b in buffers]
+    if buffers[0].shares is None:
+        return flats, counts, nbytes
+    return flats, counts, float(nbytes) * np.array([b.shares for b in buffers], dtype=float)
 
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all", "p2p")
@@ -59,12 +60,16 @@ REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
-def _check_buffers(op: str, buffers: list, n: int, root: int) -> list[np.ndarray]:
+def _check_count(op: str, buffers: list, n: int) -> None:
     if len(buffers) != n:
         raise CollectiveError(f"{op}: {len(buffers)} buffers for a group of {n} ranks")
-    needed = [root] if op in ("broadcast", "scatter") else range(n)
-    arrays = [np.asarray(buffers[r]) if r in needed else None for r in range(n)]
-    dtypes = {a.dtype for a in arrays if a is not None}
+
+
+def _check_buffers(op: str, buffers: list, n: int) -> list[np.ndarray]:
+    """Every rank's input as an array (ops that read them all: not broadcast or scatter)."""
+    _check_count(op, buffers, n)
+    arrays = [np.asarray(b) for b in buffers]
+    dtypes = {a.dtype for a in arrays}
     if len(dtypes) > 1:
         raise CollectiveError(f"{op}: buffers of different dtypes {sorted(map(str, dtypes))}")
     if op in ("all_reduce", "reduce", "reduce_scatter", "p2p") and len({a.shape for a in arrays}) > 1:
@@ -87,16 +92,18 @@ def prepare(
         return _prepare_all_to_all(n, nbytes, buffers, counts, common)
     if buffers is None:
         return Plan(nbytes=float(nbytes), bounds=split_bounds(0, n), **common), None
-    x = _check_buffers(op, buffers, n, root)
-    flat = [a.reshape(-1) if a is not None else None for a in x]
+    if op in ("broadcast", "scatter"):  # only the root's input is read
+        _check_count(op, buffers, n)
+        source = np.asarray(buffers[root]).reshape(-1)
+        bounds = split_bounds(len(source), n)
+        work = [source.copy() if r == root else np.zeros_like(source) for r in range(n)]
+        return Plan(nbytes=float(nbytes), bounds=bounds, **common), work
+    flat = [a.reshape(-1) for a in _check_buffers(op, buffers, n)]
     if op in ("all_gather", "gather"):
         bounds = np.concatenate([[0], np.cumsum([len(a) for a in flat])])
         work = [np.zeros(bounds[-1], dtype=flat[0].dtype) for _ in range(n)]
         for r in range(n):
             work[r][bounds[r] : bounds[r + 1]] = flat[r]
-    elif op in ("broadcast", "scatter"):
-        bounds = split_bounds(len(flat[root]), n)
-        work = [flat[root].copy() if r == root else np.zeros_like(flat[root]) for r in range(n)]
     else:  # all_reduce, reduce_scatter, reduce, p2p: every rank starts with its own whole buffer
         bounds = split_bounds(len(flat[0]), n)
         work = [a.copy() for a in flat]
@@ -109,7 +116,7 @@ def _prepare_all_to_all(n: int, nbytes, buffers, counts, common) -> tuple[Plan, 
         pair_bytes = np.full((n, n), float(nbytes) / n)
     elif pair_bytes.shape != (n, n):
         raise CollectiveError(f"all_to_all: nbytes matrix of shape {pair_bytes.shape}, expected ({n}, {n})")
-    x = None if buffers is None else _check_buffers("all_to_all", buffers, n, 0)
+    x = None if buffers is None else _check_buffers("all_to_all", buffers, n)
     if counts is None:
         lengths = [0] * n if x is None else [a.size for a in x]
         counts = np.array([np.diff(split_bounds(length, n)) for length in lengths])
@@ -152,9 +159,11 @@ def results(op: str, plan: Plan, work: list[np.ndarray], buffers: list) -> list[
     if op in ("reduce_scatter", "scatter"):
         return [work[r][plan.chunk(r)].copy() for r in range(n)]
     if op == "all_to_all":
+        if plan.counts is None:
+            raise CollectiveError("all_to_all: the plan has no counts (not made by prepare)")
         sent = plan.counts.sum(axis=1)
         return [work[r][sent[r] :] for r in range(n)]
-    return work  # all_gather
+    return list(work)  # all_gather
 
 
 def reference(op: str, buffers: list, reduce_op: str = "sum", root: int = 0, counts=None) -> list:

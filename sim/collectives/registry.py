@@ -6,7 +6,10 @@ The `auto` rule (M = nccl-tests' size, n = ranks in the group, SMALL = 256 KiB):
 | --- | --- |
 | p2p | direct |
 | all_to_all | direct (one step; the fabric shares links max-min; pairwise would add n-2 latencies) |
-| all_reduce | torus when the group is a whole torus of 2+ axes longer than 1 (bidirectional rings per axis, k parts in rotated axis orders so every link is busy); else hierarchical when the group spans 2+ nodes with the same 2+ GPUs on each; else, for M <= SMALL (latency-bound), halving_doubling if n is a power of two, tree otherwise; else ring |
+| all_reduce | torus when the group is a whole torus of 2+ axes longer than 1 (bidirectional rings per axis, k |
+| | parts in rotated axis orders so every link is busy); else hierarchical when the group spans 2+ nodes |
+| | with the same 2+ GPUs on each; else, for M <= SMALL (latency-bound), halving_doubling if n is a power |
+| | of two, tree otherwise; else ring |
 | reduce_scatter, all_gather | halving_doubling for M <= SMALL and n a power of two; else ring |
 | broadcast, reduce | tree for M <= SMALL; else ring (pipelined chain) |
 | gather, scatter | tree for M <= SMALL; else direct |

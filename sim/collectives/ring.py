@@ -27,18 +27,19 @@ S grows. S = clip(M / SLICE_BYTES, 1, MAX_SLICES).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from clustersim.sim.collectives.steps import Plan, Selection, Step, StepBuilder
 
 Piece = tuple[Selection, float]  # (elements in the small buffer, real bytes)
+PieceTable = Sequence[Sequence[Piece]]  # ring k's position i's piece is pieces[k][i] (read only, so covariant)
 
 SLICE_BYTES = 512 << 10  # pipelined chains cut the buffer into slices of 512 KiB (NCCL's default
 # 4 MiB buffer in 8 steps) ...
 MAX_SLICES = 256  # ... but no more than this many (each slice is one more step)
 
 
-def ring_reduce_scatter(rings: list[list[int]], pieces: list[list[Piece]]) -> Iterator[Step]:
+def ring_reduce_scatter(rings: list[list[int]], pieces: PieceTable) -> Iterator[Step]:
     """Concurrent rings of equal length d; ring k's position i ends holding pieces[k][i] reduced.
     Step s: position i sends pieces[k][(i-s-1) mod d] to position i+1 (reduce)."""
     d = len(rings[0]) if rings else 0
@@ -51,7 +52,7 @@ def ring_reduce_scatter(rings: list[list[int]], pieces: list[list[Piece]]) -> It
         yield step.build()
 
 
-def ring_all_gather(rings: list[list[int]], pieces: list[list[Piece]]) -> Iterator[Step]:
+def ring_all_gather(rings: list[list[int]], pieces: PieceTable) -> Iterator[Step]:
     """Concurrent rings; ring k's position i starts with pieces[k][i] and ends with all of them.
     Step s: position i sends pieces[k][(i-s) mod d] to position i+1 (copy)."""
     d = len(rings[0]) if rings else 0
@@ -64,12 +65,12 @@ def ring_all_gather(rings: list[list[int]], pieces: list[list[Piece]]) -> Iterat
         yield step.build()
 
 
-def _one_ring(plan: Plan) -> tuple[list[list[int]], list[list[Piece]]]:
+def _one_ring(plan: Plan) -> tuple[list[list[int]], PieceTable]:
     """The ring 0 -> 1 -> ... -> n-1 -> 0; rank r owns piece r (its chunk)."""
     return [list(range(plan.n))], [plan.pieces(plan.n)]
 
 
-def _two_rings(plan: Plan) -> tuple[list[list[int]], list[list[Piece]]]:
+def _two_rings(plan: Plan) -> tuple[list[list[int]], PieceTable]:
     """Clockwise 0 -> 1 -> ... and counter-clockwise 0 -> n-1 -> ...; rank r's chunk is cut in two
     halves (pieces 2r and 2r+1 of 2n), the first travels clockwise, the second counter-clockwise."""
     n = plan.n

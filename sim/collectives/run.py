@@ -26,6 +26,10 @@ from clustersim.sim.collectives.registry import algorithm
 from clustersim.sim.collectives.steps import CollectiveError
 from clustersim.sim.network.network import Network
 
+# A SimPy process body running one collective: yields the network's events (SimPy sends their
+# values back), returns each rank's output (None for a rank without one; None when only timing).
+CollectiveProcess = Generator[simpy.Event, object, list[np.ndarray | None] | None]
+
 
 def _check_group(group: Iterable[int], num_gpus: int | None) -> list[int]:
     group = [int(g) for g in group]
@@ -64,7 +68,7 @@ def run_collective(
     counts=None,
     label: str | None = None,
     graph: nx.DiGraph | None = None,
-) -> Generator:
+) -> CollectiveProcess:
     """A SimPy process body running `op` with `algo` over the GPUs `group` (rank r = group[r]).
 
     `nbytes`: the real size (nccl-tests' meaning; for all_to_all also an (n, n) bytes matrix).
@@ -133,7 +137,7 @@ def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
     return group, name, plan, work, itertools.chain([first] if first is not None else [], steps)
 
 
-def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Generator:
+def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> CollectiveProcess:
     for step in steps:
         if len(step.src):
             yield network.transfer_many(gpu[step.src], gpu[step.dst], step.nbytes, label)
@@ -199,7 +203,11 @@ def time_collective(
     `group` None means every GPU; `options` are run_collective's keywords (root, counts)."""
     env = simpy.Environment()
     network = Network(env, graph)
-    group = range(describe(graph).num_gpus) if group is None else group
+    if group is None:
+        num_gpus = describe(graph).num_gpus
+        if num_gpus is None:
+            raise CollectiveError("time_collective: every GPU of no graph (group None needs a topology graph)")
+        group = range(num_gpus)
     process = env.process(run_collective(network, op, algo, group, buffers, nbytes, reduce_op, graph=graph, **options))
     env.run(until=process)
     return env.now, process.value

@@ -113,8 +113,8 @@ class Plan:
         """
         if k % self.n == 0:
             per = k // self.n
-            edges = [lo + split_bounds(hi - lo, per)[:-1] for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
-            edges = np.concatenate(edges + [self.bounds[-1:]])
+            starts = [lo + split_bounds(hi - lo, per)[:-1] for lo, hi in zip(self.bounds[:-1], self.bounds[1:])]
+            edges = np.concatenate(starts + [self.bounds[-1:]])
         else:
             edges = split_bounds(self.length, k)
         share = self.nbytes / k

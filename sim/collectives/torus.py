@@ -35,7 +35,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from clustersim.sim.collectives.ring import Piece, ring_all_gather, ring_reduce_scatter
-from clustersim.sim.collectives.steps import Plan, Step, require, split_bounds
+from clustersim.sim.collectives.steps import CollectiveError, Plan, Step, split_bounds
 
 
 def _lines(dims: tuple[int, ...], axis: int) -> list[list[int]]:
@@ -46,11 +46,11 @@ def _lines(dims: tuple[int, ...], axis: int) -> list[list[int]]:
 
 def all_reduce(plan: Plan) -> Iterator[Step]:
     dims = plan.dims
-    require(
-        dims is not None and math.prod(dims) == plan.n,
-        f"torus needs a torus topology and the group to be all its GPUs in index order "
-        f"(got {plan.n} ranks, torus axes {dims})",
-    )
+    if dims is None or math.prod(dims) != plan.n:
+        raise CollectiveError(
+            f"torus needs a torus topology and the group to be all its GPUs in index order "
+            f"(got {plan.n} ranks, torus axes {dims})"
+        )
     axes = [axis for axis, d in enumerate(dims) if d > 1]
     if not axes:
         return

@@ -137,17 +137,18 @@ def _check_layer(spec: ModelSpec, i: int) -> None:
         raise ValueError(f"layer {i} is outside 0..{spec.layers - 1}")
 
 
-def _is_moe_layer(spec: ModelSpec, i: int) -> bool:
+def _layer_moe(spec: ModelSpec, i: int) -> MoESpec | None:
+    """The spec's MoESpec when layer i is an MoE layer, None when it is dense."""
     _check_layer(spec, i)
-    return spec.moe is not None and spec.moe.is_moe_layer(i)
+    return spec.moe if spec.moe is not None and spec.moe.is_moe_layer(i) else None
 
 
 def model_layer_forward_flops(spec: ModelSpec, b: int, i: int) -> float:
     """Forward FLOPs of layer i of `spec` for b sequences of spec.seq_len tokens: attention plus
     the dense MLP (width spec.ffn) or, in an MoE layer, `moe_mlp_forward_flops`."""
     s, h = spec.seq_len, spec.hidden
-    if _is_moe_layer(spec, i):
-        return attention_forward_flops(b, s, h) + moe_mlp_forward_flops(b, s, h, spec.moe, spec.gated_mlp)
+    if (moe := _layer_moe(spec, i)) is not None:
+        return attention_forward_flops(b, s, h) + moe_mlp_forward_flops(b, s, h, moe, spec.gated_mlp)
     return layer_forward_flops(b, s, h, spec.ffn, spec.gated_mlp)
 
 
@@ -162,8 +163,8 @@ def model_layer_recompute_flops(spec: ModelSpec, b: int, i: int, mode: str) -> f
 
 def model_layer_params(spec: ModelSpec, i: int) -> int:
     """Parameters of layer i of `spec`: `layer_params`, or `moe_layer_params` in an MoE layer."""
-    if _is_moe_layer(spec, i):
-        return moe_layer_params(spec.hidden, spec.moe, spec.gated_mlp)
+    if (moe := _layer_moe(spec, i)) is not None:
+        return moe_layer_params(spec.hidden, moe, spec.gated_mlp)
     return layer_params(spec.hidden, spec.ffn, spec.gated_mlp)
 
 
@@ -171,8 +172,8 @@ def model_layer_active_params(spec: ModelSpec, i: int) -> int:
     """Parameters of layer i one token uses: all of a dense layer's; an MoE layer's attention,
     layernorms, router, shared experts and top_k routed experts."""
     h = spec.hidden
-    if _is_moe_layer(spec, i):
-        return attention_params(h) + 4 * h + moe_mlp_active_params(h, spec.moe, spec.gated_mlp)
+    if (moe := _layer_moe(spec, i)) is not None:
+        return attention_params(h) + 4 * h + moe_mlp_active_params(h, moe, spec.gated_mlp)
     return layer_params(h, spec.ffn, spec.gated_mlp)
 
 

@@ -238,32 +238,32 @@ class Ledger:
             wanted[links] = True
         chunks = []
         if self._timeline:
-            t, l, v = (np.concatenate(column) for column in list(zip(*self._timeline))[:3])
+            t, link, v = (np.concatenate(column) for column in list(zip(*self._timeline))[:3])
             place = np.repeat([p for *_, p in self._timeline], [len(c) for _, c, _, _ in self._timeline])
             if self.orbits is None:
-                keep = wanted[l]
-                chunks.append((t[keep], l[keep], v[keep], place[keep]))
+                keep = wanted[link]
+                chunks.append((t[keep], link[keep], v[keep], place[keep]))
             else:  # each change, once per wanted link of its orbit
                 real = np.flatnonzero(wanted)
                 canon = self.orbits.canon[real]
                 by_canon = real[np.argsort(canon, kind="stable")]
                 ptr = np.zeros(self.num_links + 1, dtype=np.int64)
                 np.cumsum(np.bincount(canon, minlength=self.num_links), out=ptr[1:])
-                rows = np.repeat(np.arange(len(l)), ptr[l + 1] - ptr[l])
-                chunks.append((t[rows], by_canon[concat_ranges(ptr[l], ptr[l + 1])], v[rows], place[rows]))
+                rows = np.repeat(np.arange(len(link)), ptr[link + 1] - ptr[link])
+                chunks.append((t[rows], by_canon[concat_ranges(ptr[link], ptr[link + 1])], v[rows], place[rows]))
         by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
         for r, at, _, place in self._replays:
             entry = by_recording.setdefault(id(r), (r, [], []))
             entry[1].append(at)
             entry[2].append(place)
         for r, at, place in by_recording.values():
-            t, l, v = r.timeline
-            keep = wanted[l]
+            t, link, v = r.timeline
+            keep = wanted[link]
             n, k = len(at), int(keep.sum())
             chunks.append(
                 (
                     (np.asarray(at)[:, None] + t[keep][None, :]).ravel(),
-                    np.tile(l[keep], n),
+                    np.tile(link[keep], n),
                     np.tile(v[keep], n),
                     np.repeat(place, k),
                 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from clustersim.sim.engine.records import EventLog
 from clustersim.sim.network.ledger import TIMELINE_LINKS
 from clustersim.sim.network.records import LinkStats
 
@@ -36,3 +37,10 @@ def hottest_links(stats: LinkStats, count: int = TOP_LINKS) -> np.ndarray:
     """Link ids with the highest utilisation, hottest first (ties by link id)."""
     order = np.lexsort((np.arange(len(stats.utilisation)), -stats.utilisation))
     return order[:count][stats.utilisation[order[:count]] > 0]
+
+
+def link_stats(log: EventLog) -> LinkStats:
+    """The run's per-link statistics: a log a run made has them, one built by hand may not."""
+    if log.links is None:
+        raise ValueError("the event log has no link statistics (it was not recorded by a run)")
+    return log.links

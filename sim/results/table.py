@@ -1,4 +1,4 @@
-"""A tiny fixed-width text table, for terminal summaries and nccl-tests-style result tables."""
+"""Fixed-width text tables (terminal summaries, nccl-tests-style results) and the time unit a figure shows."""
 
 from __future__ import annotations
 
@@ -33,3 +33,12 @@ def _cell(value, spec: str) -> str:
     if value is None:
         return "-"
     return format(value, spec)
+
+
+def time_unit(makespan_s: float) -> tuple[str, float]:
+    """(unit name, factor from seconds) for an axis that spans `makespan_s`."""
+    if makespan_s < 1e-3:
+        return "us", 1e6
+    if makespan_s < 1.0:
+        return "ms", 1e3
+    return "s", 1.0

@@ -18,6 +18,10 @@ The output is deterministic: events in a fixed order.
 from __future__ import annotations
 
 import json
+import math
+import operator
+from collections.abc import Iterable
+from json.encoder import encode_basestring_ascii as quote  # json.dumps of a str, as C
 from pathlib import Path
 
 from clustersim.sim.engine.records import EventLog
@@ -39,7 +43,7 @@ def stream_tids(log: EventLog) -> dict[str, int]:
     return {name: tid for tid, name in enumerate(ordered, start=1)}
 
 
-def link_lanes(flows: tuple[FlowSpan, ...]) -> dict[tuple[int, int], int]:
+def link_lanes(flows: Iterable[FlowSpan]) -> dict[tuple[int, int], int]:
     """(flow index, link) -> lane on that link, packing flows greedily so one lane never overlaps."""
     per_link: dict[int, list[tuple[float, float, int]]] = {}
     for i, flow in enumerate(flows):
@@ -57,27 +61,55 @@ def link_lanes(flows: tuple[FlowSpan, ...]) -> dict[tuple[int, int], int]:
     return lanes
 
 
-def _meta(pid: int, tid: int, name: str, value) -> dict:
+def _meta(pid: int, tid: int, name: str, value) -> str:
     key = "sort_index" if name.endswith("sort_index") else "name"
-    return {"args": {key: value}, "name": name, "ph": "M", "pid": pid, "tid": tid}  # keys in sorted order
+    return _compact({"args": {key: value}, "name": name, "ph": "M", "pid": pid, "tid": tid})
+
+
+def _compact(value) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _number(value) -> str:
+    """A number (or None) exactly as json.dumps writes it: float.__repr__ for a finite float (numpy
+    floats included), str for an int; anything else goes through json.dumps itself."""
+    if value is None:
+        return "null"
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return float.__repr__(value)
+    return json.dumps(value)
+
+
+def trace_text(log: EventLog, ranks: list[int] | None = None) -> str:
+    """The trace as compact JSON text, {"displayTimeUnit": "ms", "traceEvents": [...]} with every
+    object's keys in sorted order (see module docstring). `ranks`: only these ranks' spans (a big
+    run's trace would be too large to open), the network process's name saying how many were
+    left out. Each event's text is formatted directly (the same bytes json.dumps would write), so
+    a trace of millions of events needs no dict per event and no encoder pass over them."""
+    meta, events = _rank_events(log, ranks)
+    net_meta, net_events = _network_events(log)
+    ordered = sorted(events + net_events, key=_EVENT_ORDER)  # stable: ties keep ranks' events first
+    texts = meta + net_meta + [text for *_, text in ordered]
+    return '{"displayTimeUnit":"ms","traceEvents":[' + ",".join(texts) + "]}"
 
 
 def chrome_trace(log: EventLog, ranks: list[int] | None = None) -> dict:
-    """The trace as a dict: {"traceEvents": [...], "displayTimeUnit": "ms"} (see module docstring).
-    `ranks`: only these ranks' spans (a big run's trace would be too large to open), the
-    network process's name saying how many were left out."""
-    meta, events = _rank_events(log, ranks)
-    net_meta, net_events = _network_events(log)
-    events = sorted(events + net_events, key=lambda e: (e["pid"], e["tid"], e["ts"], e["name"]))
-    return {"displayTimeUnit": "ms", "traceEvents": meta + net_meta + events}
+    """The trace as a dict (what `trace_text` writes, read back)."""
+    return json.loads(trace_text(log, ranks))
 
 
-def _rank_events(log: EventLog, ranks: list[int] | None) -> tuple[list[dict], list[dict]]:
+Event = tuple[int, int, float, str, str]  # (pid, tid, ts, name, JSON text): sorted on the first four
+_EVENT_ORDER = operator.itemgetter(0, 1, 2, 3)
+
+
+def _rank_events(log: EventLog, ranks: list[int] | None) -> tuple[list[str], list[Event]]:
     """Metadata and one "X" event per span: a process per rank, a thread per stream."""
     tids = stream_tids(log)
     kept = set(range(log.num_ranks) if ranks is None else ranks)
     spans = [s for s in log.spans if s.rank in kept] if ranks is not None else log.spans
-    meta, events = [], []
+    meta: list[str] = []
     for rank in sorted(kept):
         pid = rank_pid(rank)
         meta += [_meta(pid, 0, "process_name", f"rank {rank}"), _meta(pid, 0, "process_sort_index", rank)]
@@ -95,19 +127,25 @@ def _rank_events(log: EventLog, ranks: list[int] | None) -> tuple[list[dict], li
     for rank, stream in sorted({(s.rank, s.stream) for s in spans}, key=lambda rs: (rs[0], tids[rs[1]])):
         pid, tid = rank_pid(rank), tids[stream]
         meta += [_meta(pid, tid, "thread_name", stream), _meta(pid, tid, "thread_sort_index", tid)]
+    quoted: dict[str, str] = {}  # phase -> its JSON string
+    fmt = float.__repr__  # what json.dumps writes for a finite float; ts and dur always are
+    events = []
     for span in spans:
-        events.append(
-            {  # keys in sorted order, as written (see write_trace)
-                "args": {"bytes": span.nbytes, "flops": span.flops, "microbatch": span.microbatch, "stage": span.stage},
-                "cat": span.phase,
-                "dur": span.duration_s * US_PER_S,
-                "name": span.label,
-                "ph": "X",
-                "pid": rank_pid(span.rank),
-                "tid": tids[span.stream],
-                "ts": span.start_s * US_PER_S,
-            }
+        pid, tid, ts, mb, stage = (
+            rank_pid(span.rank),
+            tids[span.stream],
+            span.start_s * US_PER_S,
+            span.microbatch,
+            span.stage,
         )
+        cat = quoted.get(span.phase) or quoted.setdefault(span.phase, json.dumps(str(span.phase)))
+        text = (
+            f'{{"args":{{"bytes":{_number(span.nbytes)},"flops":{_number(span.flops)},'
+            f'"microbatch":{"null" if mb is None else mb},"stage":{"null" if stage is None else stage}}},'
+            f'"cat":{cat},"dur":{fmt(span.duration_s * US_PER_S)},"name":{quote(span.label)},"ph":"X",'
+            f'"pid":{pid},"tid":{tid},"ts":{fmt(ts)}}}'
+        )
+        events.append((pid, tid, ts, span.label, text))
     return meta, events
 
 
@@ -115,7 +153,7 @@ MAX_SPAN_EVENTS = 500_000  # beyond this a run's trace keeps the Gantt's ranks o
 MAX_FLOW_EVENTS = 200_000  # beyond this the network lanes would swamp the trace (and Perfetto)
 
 
-def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
+def _network_events(log: EventLog) -> tuple[list[str], list[Event]]:
     """Metadata and one "X" event per (flow, link on its route): one process, a thread per link
     lane. A run with more than MAX_FLOW_EVENTS of them leaves the network out and names the
     process so: links.png and summary.json still describe the links."""
@@ -142,24 +180,19 @@ def _network_events(log: EventLog) -> tuple[list[dict], list[dict]]:
         meta += [_meta(net, tid, "thread_name", name), _meta(net, tid, "thread_sort_index", tid)]
     events = []
     for i, flow in enumerate(log.flows):
+        ts = flow.start_s * US_PER_S
+        head = (
+            f'{{"args":{{"bytes":{_number(flow.nbytes)},"dst":{_number(flow.dst)},'
+            f'"route":[{",".join(map(_number, flow.links))}],"src":{_number(flow.src)}}},"cat":"flow",'
+            f'"dur":{_number((flow.end_s - flow.start_s) * US_PER_S)},"name":{quote(flow.label)},"ph":"X",'
+            f'"pid":{net},"tid":'
+        )
         for link in flow.links:
-            events.append(
-                {  # keys in sorted order, as written (see write_trace)
-                    "args": {"bytes": flow.nbytes, "dst": flow.dst, "route": list(flow.links), "src": flow.src},
-                    "cat": "flow",
-                    "dur": (flow.end_s - flow.start_s) * US_PER_S,
-                    "name": flow.label,
-                    "ph": "X",
-                    "pid": net,
-                    "tid": flow_tid[(link, lanes[(i, link)])],
-                    "ts": flow.start_s * US_PER_S,
-                }
-            )
+            tid = flow_tid[(link, lanes[(i, link)])]
+            events.append((net, tid, ts, flow.label, f'{head}{tid},"ts":{_number(ts)}}}'))
     return meta, events
 
 
 def write_trace(log: EventLog, path: str | Path, ranks: list[int] | None = None) -> None:
-    """Write `chrome_trace(log, ranks)` as compact, key-sorted JSON (its events are built with
-    their keys in order, so the encoder need not sort millions of them)."""
-    text = json.dumps(chrome_trace(log, ranks), separators=(",", ":"))
-    Path(path).write_text(text + "\n")
+    """Write `trace_text(log, ranks)`, one line."""
+    Path(path).write_text(trace_text(log, ranks) + "\n")

@@ -1,8 +1,9 @@
 """Gantt chart of an EventLog: one row per rank, one lane per stream, a pure function of the record.
 
 Layout, top to bottom: rank 0 first; within a rank the compute lane (full height), then every other
-stream that has drawn spans (send, then the rest by name; thinner; receives are left out). Time runs left to right in us, ms
-or s, picked from the makespan. White space inside a compute lane is idle time: the pipeline bubble.
+stream that has drawn spans (send, then the rest by name; thinner; receives are left out). Time runs
+left to right in us, ms or s, picked from the makespan. White space inside a compute lane is idle
+time: the pipeline bubble.
 
 Drawing uses one PolyCollection per phase (not one artist per span) so thousands of spans stay
 fast, and the PNG is byte-identical for the same log (no timestamp or version in its metadata).
@@ -14,17 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")  # headless; we never touch pyplot's global figure state
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.collections import PolyCollection  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase  # noqa: E402
-from clustersim.sim.engine.records import EventLog, Span  # noqa: E402
+from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
+from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.results.table import time_unit
 
 COMPUTE_STREAM = "compute"
 STREAM_ORDER = (COMPUTE_STREAM, "send", "recv")  # then any other stream, by name
@@ -52,15 +50,6 @@ INCH_PER_UNIT = 0.3
 FIG_W_IN = 14.0
 MAX_FIG_H_IN = 36.0
 DPI = 110
-
-
-def time_unit(makespan_s: float) -> tuple[str, float]:
-    """(unit name, factor from seconds) for an axis that spans `makespan_s`."""
-    if makespan_s < 1e-3:
-        return "us", 1e6
-    if makespan_s < 1.0:
-        return "ms", 1e3
-    return "s", 1.0
 
 
 def stream_sort_key(stream: str) -> tuple[int, str]:

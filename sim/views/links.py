@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # headless; no pyplot global state
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from clustersim.sim.network.records import LinkStats  # noqa: E402
-from clustersim.sim.results.links import hottest_links, utilisation_matrix  # noqa: E402
-from clustersim.sim.views.topology import draw_topology_on  # noqa: E402
+from clustersim.sim.network.records import LinkStats
+from clustersim.sim.results.links import hottest_links, utilisation_matrix
+from clustersim.sim.views.topology import draw_topology_on
 
 
 def plot_links(stats: LinkStats, step_s: float, path: str | Path, title: str, graph=None) -> None:

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # headless; no pyplot global state
-
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from clustersim.sim.cost.memory import CATEGORIES, MemoryTimeline, RankMemory  # noqa: E402
-from clustersim.sim.views.gantt import time_unit  # noqa: E402
+from clustersim.sim.results.memory import CATEGORIES, MemoryTimeline, RankMemory
+from clustersim.sim.results.table import time_unit
 
 GIB = 2.0**30
 WORST_RANKS = 4

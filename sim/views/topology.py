@@ -16,20 +16,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")  # headless; we never touch pyplot's global figure state
-
-import numpy as np  # noqa: E402
-from matplotlib import colormaps  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.cm import ScalarMappable  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.colors import Normalize  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-
-from clustersim.topologies.schema import AXES, GPU_INDEX, KIND, NODE_KINDS, WRAP  # noqa: E402
+from clustersim.topologies.schema import AXES, GPU_INDEX, KIND, NODE_KINDS, WRAP
 
 KIND_COLOURS = {
     "gpu": "#3b6fb6",

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")  # headless; no pyplot global state
-
-import numpy as np  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.colors import LogNorm  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from clustersim.sim.engine.records import EventLog  # noqa: E402
-from clustersim.sim.results.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes  # noqa: E402
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.results.metrics import ALLTOALL_STREAMS, traffic_matrix_bytes
 
 GB = 1e9  # bytes
 MAX_CELLS = 512  # per side: more GPUs than this are drawn in blocks (a figure has fewer pixels anyway)
@@ -55,7 +52,7 @@ def plot_traffic(log: EventLog, num_gpus: int, path: str | Path, name: str) -> N
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     norm = log_norm_GB([matrix for _, matrix in panels])
-    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    cmap = colormaps["viridis"].with_extremes(bad="white")
     image = None
     for ax, (title, matrix) in zip(axes, panels):
         total = float(matrix.sum())

@@ -8,9 +8,9 @@ import pytest
 
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.network.records import FlowSpan
-from clustersim.sim.results.table import format_table
+from clustersim.sim.results.table import format_table, time_unit
 from clustersim.sim.results.trace import chrome_trace, rank_pid, write_trace
-from clustersim.sim.views.gantt import lane_layout, plot_gantt, time_unit
+from clustersim.sim.views.gantt import lane_layout, plot_gantt
 
 MS = 1e-3
 

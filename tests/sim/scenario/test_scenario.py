@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import pydantic
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -17,8 +18,7 @@ from clustersim.sim.scenario.loader import load_scenario, load_scenario_text, lo
 from clustersim.sim.scenario.presets import MODELS, MoESpec
 from clustersim.sim.scenario.schema import Scenario, ScenarioError, scenario_json_schema
 
-REPO = Path(__file__).resolve().parents[1]
-QUICKSTART = REPO / "scenarios" / "quickstart.yaml"
+from repo import QUICKSTART, SCENARIOS
 
 # A small valid scenario; each bad case below changes one thing.
 BASE = {
@@ -86,7 +86,7 @@ def test_quickstart_loads_with_derived_values():
 
 
 def test_every_bundled_scenario_loads_and_opens_with_a_question():
-    for path in sorted((REPO / "scenarios").glob("**/*.yaml")):
+    for path in sorted(SCENARIOS.glob("**/*.yaml")):
         assert path.read_text().startswith("#"), f"{path.name} must open with a comment"
         assert load_scenarios(path)
 
@@ -256,7 +256,7 @@ def test_rejects_sequence_parallel_without_tp():
 
 def test_scenario_is_frozen():
     s = load_scenario(QUICKSTART)
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         s.parallel.pp = 2  # type: ignore[misc]
 
 

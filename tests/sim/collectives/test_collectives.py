@@ -64,7 +64,10 @@ def test_bidirectional_ring_uses_both_directions(n):
 def test_tree_and_halving_doubling_closed_forms_on_a_switch(n):
     graph, alpha, depth = switch(n, B, A), 2 * A, math.log2(n)  # a switch path is two links
     for m in (KiB, MiB, GiB):
-        t = lambda op, algo: time_collective(graph, op, algo, None, m)[0]
+
+        def t(op: str, algo: str, m: float = m) -> float:
+            return time_collective(graph, op, algo, None, m)[0]
+
         assert close(t("all_reduce", "tree"), 2 * depth * (alpha + m / B))
         assert close(t("broadcast", "tree"), depth * (alpha + m / B))
         assert close(t("reduce", "tree"), depth * (alpha + m / B))
@@ -78,7 +81,10 @@ def test_tree_and_halving_doubling_closed_forms_on_a_switch(n):
 @pytest.mark.parametrize("n", [3, 8])
 def test_direct_pairwise_chain_and_p2p_closed_forms_on_a_switch(n):
     graph, alpha, m = switch(n, B, A), 2 * A, 64 * MiB
-    t = lambda op, algo: time_collective(graph, op, algo, None, m)[0]
+
+    def t(op: str, algo: str) -> float:
+        return time_collective(graph, op, algo, None, m)[0]
+
     assert close(t("all_reduce", "direct"), 2 * alpha + 2 * (n - 1) / n * m / B)
     assert close(t("all_to_all", "direct"), alpha + (n - 1) / n * m / B)
     assert close(t("all_to_all", "pairwise"), (n - 1) * (alpha + m / (n * B)))
@@ -161,7 +167,10 @@ def expected(op: str, x: list[np.ndarray], reduce_op: str, root: int, counts) ->
     """numpy's answer, written out independently of sim.collectives.ops."""
     n = len(x)
     red = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[reduce_op]
-    total = lambda: red(np.stack(x), axis=0).astype(x[0].dtype)  # int32 sums wrap like int32
+
+    def total() -> np.ndarray:
+        return red(np.stack(x), axis=0).astype(x[0].dtype)  # int32 sums wrap like int32
+
     if op == "all_reduce":
         return [total()] * n
     if op == "reduce":

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from clustersim.sim.cli import main
-from clustersim.sim.compare import EXPOSED_KINDS, alltoall_busbw_GBps, message_departures, step_breakdown
 from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.results.breakdown import EXPOSED_KINDS, alltoall_busbw_GBps, message_departures, step_breakdown
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
 

@@ -233,3 +233,18 @@ def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
     assert summary["tflops_per_gpu"] * summary["step_time_s"] * 2 == pytest.approx(
         one["tflops_per_gpu"] * one["step_time_s"], rel=1e-9
     )
+
+
+def test_a_plot_that_fails_in_its_child_fails_the_run_and_leaves_no_folder(quickstart, out_dir, monkeypatch):
+    """The plots are drawn in a forked child beside the trace (sim.report._beside): the child's
+    failure must fail write_outputs, and output_folder must leave nothing behind."""
+    from clustersim.sim import report
+
+    def broken(result, folder):
+        raise OSError("disk full while drawing")
+
+    monkeypatch.setattr(report, "_write_plots", broken)
+    with pytest.raises((RuntimeError, OSError), match="drawing"):
+        report.write_outputs(simulate(quickstart), out_dir)
+    assert not out_dir.exists()
+    assert not list(out_dir.parent.iterdir())  # no hidden half-written sibling either

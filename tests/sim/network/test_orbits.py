@@ -7,7 +7,6 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transfers import landing_times
 
 from clustersim.schedules.layout import Layout
 from clustersim.sim.collectives.run import step_pairs
@@ -16,6 +15,8 @@ from clustersim.sim.network.flows import ActiveFlows
 from clustersim.sim.network.network import Network
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.topologies.fattree import fat_tree
+
+from transfers import landing_times
 
 NODES, PER_NODE = 4, 4
 # leaf radix -> node shifts by multiples of this map the fat tree onto itself (whole leaf groups);
@@ -102,7 +103,7 @@ def test_few_flows_share_like_the_array_flows(data):
     few, arrays = FewFlows(capacity), ActiveFlows(capacity)
     ids = {}
     now = 0.0
-    for step in range(data.draw(st.integers(1, 8))):
+    for _ in range(data.draw(st.integers(1, 8))):
         now += 0.1
         alive = [f for f in ids if f in few._flows]
         if alive and data.draw(st.booleans()):
@@ -116,7 +117,7 @@ def test_few_flows_share_like_the_array_flows(data):
                 )
             )
             ptr = np.cumsum([0] + [len(p) for p in paths])
-            links = np.array([l for p in paths for l in p])
+            links = np.array([link for p in paths for link in p])
             n = len(paths)
             columns = dict(
                 nbytes=np.full(n, 1e3),

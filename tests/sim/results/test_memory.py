@@ -9,18 +9,17 @@ import pytest
 import simpy
 
 from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
-from clustersim.sim.cost.memory import (
-    CATEGORIES,
-    activation_bytes_per_layer,
-    capacity_message,
-    memory_peaks,
-    memory_timeline,
-    model_state_bytes,
-    ranks_over_capacity,
-)
+from clustersim.sim.cost.memory import activation_bytes_per_layer, model_state_bytes
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.network.network import Network
+from clustersim.sim.results.memory import (
+    CATEGORIES,
+    capacity_message,
+    memory_peaks,
+    memory_timeline,
+    ranks_over_capacity,
+)
 from clustersim.sim.results.metrics import peak_inflight_microbatches_per_rank
 from clustersim.sim.views.memory import plot_memory, worst_ranks
 from clustersim.topologies.switch import switch

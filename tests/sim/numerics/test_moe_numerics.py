@@ -3,11 +3,12 @@ expert-parallel shards exchanging tokens by all_to_all vs the single-device refe
 
 import numpy as np
 import pytest
-from finite_differences import central_difference
 
 from clustersim.sim.collectives.ops import Pieces
 from clustersim.sim.numerics.expert_parallel import ExpertParallelMoE, traffic_matrix
 from clustersim.sim.numerics.moe import MoEConfig, init_moe_params, moe_backward, moe_forward, route
+
+from finite_differences import central_difference
 
 NAME = "moe"
 HIDDEN, FFN, B, S = 8, 16, 2, 6

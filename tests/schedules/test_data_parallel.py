@@ -131,9 +131,7 @@ def test_a_wrong_shard_is_caught():
 
     data_parallel.DataParallelNumerics._chunk = shifted
     try:
-        with pytest.raises(Exception):
-            result = numerics_run(2, 1, 1, m=2)
-            assert result["max_rel_err"] < 1e-10
+        assert numerics_run(2, 1, 1, m=2)["max_rel_err"] > 1e-3
     finally:
         data_parallel.DataParallelNumerics._chunk = original
 

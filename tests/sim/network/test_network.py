@@ -5,11 +5,12 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transfers import landing_times
 
 from clustersim.sim.network.network import Network
 from clustersim.sim.results.links import utilisation_matrix
 from clustersim.topologies.switch import switch
+
+from transfers import landing_times
 
 B, LAT = 100e9, 1e-6  # link bandwidth (B/s per direction) and per-link latency
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from clustersim.sim.cli import main
-from clustersim.sim.compare import step_breakdown
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.network.records import FlowSpan
 from clustersim.sim.report import OUTPUT_FILES, terminal_summary
+from clustersim.sim.results.breakdown import step_breakdown
 from clustersim.sim.results.metrics import alltoall_time_share, traffic_matrix_bytes
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
@@ -158,8 +158,8 @@ def test_dense_run_has_no_alltoall_share_and_still_writes_traffic_png(tmp_path, 
 
 
 def test_traffic_matrix_is_left_out_of_the_summary_above_64_gpus(monkeypatch):
-    import clustersim.sim.run as run_module
+    import clustersim.sim.results.summary as summary_module
 
-    monkeypatch.setattr(run_module, "TRAFFIC_MATRIX_MAX_GPUS", 4)
+    monkeypatch.setattr(summary_module, "TRAFFIC_MATRIX_MAX_GPUS", 4)
     summary = moe_run(ep=2).summary
     assert summary["alltoall_traffic_matrix_bytes"] is None and summary["alltoall_bytes_total"] > 0

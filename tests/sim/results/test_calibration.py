@@ -2,11 +2,11 @@
 again and must give the figure the table prints (bench/calibration.py wrote it)."""
 
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo import ROOT
+
 sys.path.insert(0, str(ROOT / "bench"))
 from calibration import ROWS, simulated  # noqa: E402
 

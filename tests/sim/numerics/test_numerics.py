@@ -5,7 +5,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from finite_differences import central_difference
 
 from clustersim.schedules.ir import Compute
 from clustersim.sim.numerics.layers import gelu
@@ -21,6 +20,8 @@ from clustersim.sim.numerics.transformer import (
     model_forward,
     param_shapes,
 )
+
+from finite_differences import central_difference
 
 SMALL = ShadowConfig(layers=2, hidden=8, heads=2, ffn=12, seq_len=5, vocab=7)
 PIPE = ShadowConfig(layers=4, hidden=16, heads=4, ffn=32, seq_len=6, vocab=13)

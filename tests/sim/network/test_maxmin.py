@@ -11,7 +11,7 @@ from clustersim.sim.network.maxmin import concat_ranges, fill, link_csr, max_min
 def rates_for(paths: list[list[int]], capacity: list[float]) -> np.ndarray:
     ptr = np.zeros(len(paths) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in paths], out=ptr[1:])
-    links = np.array([l for p in paths for l in p], dtype=np.int64)
+    links = np.array([link for p in paths for link in p], dtype=np.int64)
     link_ptr, link_flows = link_csr(ptr, links, len(capacity))
     return max_min_rates(ptr, links, link_ptr, link_flows, np.array(capacity, dtype=float))
 
@@ -39,9 +39,9 @@ def test_no_link_over_capacity_and_every_flow_has_a_bottleneck(case):
     for i, path in enumerate(paths):
         # a saturated link on the path where no flow gets more than flow i
         assert any(
-            load[l] >= capacity[l] * (1 - 1e-9)
-            and all(rates[j] <= rates[i] * (1 + 1e-9) for j, p in enumerate(paths) if l in p)
-            for l in path
+            load[link] >= capacity[link] * (1 - 1e-9)
+            and all(rates[j] <= rates[i] * (1 + 1e-9) for j, p in enumerate(paths) if link in p)
+            for link in path
         ), (i, path)
 
 
@@ -71,7 +71,7 @@ def test_refilling_after_flows_leave_equals_a_fresh_fill(case, data):
     fresh = rates_for(stay, capacity)
     ptr = np.zeros(len(stay) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in stay], out=ptr[1:])
-    links = np.array([l for p in stay for l in p], dtype=np.int64)
+    links = np.array([link for p in stay for link in p], dtype=np.int64)
     link_ptr, link_flows = link_csr(ptr, links, len(capacity))
     keep = rates_that_survive(rates, leaving)[~leaving]
     resumed = np.where(keep, rates[~leaving], 0.0)
@@ -96,7 +96,7 @@ def test_component_follows_shared_links_transitively():
     n = len(paths)
     flows.add(
         ptr,
-        np.array([l for p in paths for l in p]),
+        np.array([link for p in paths for link in p]),
         nbytes=np.ones(n),
         latency=np.zeros(n),
         start=np.zeros(n),

@@ -1,0 +1,182 @@
+"""Where a rank's step goes: compute, exposed communication by kind, bubble; and all-to-all bus bandwidth.
+
+The step-time breakdown of rank r over [0, T] (T = the step time) gives every instant one owner:
+  compute_r          = |union of r's compute spans (F, B, OPT)|
+  exposed_r[K]       = |instants r computes nothing while a span of kind K is active on r|, where
+                       K is a collective kind (the span's phase in lower case) or "p2p" (SEND/RECV);
+                       if several kinds are active at once the first in EXPOSED_KINDS wins
+  bubble_r           = T - compute_r - sum_K exposed_r[K]   (no compute, no communication on r)
+so compute_r + sum_K exposed_r[K] + bubble_r = T by construction, and so do the means over ranks.
+It is one sweep over the sorted span ends (numpy): 2 million spans take about 2 s, most of it
+reading the Span tuples.
+
+A RECV is posted as soon as its stream gets to it and then waits for the producer, so its span
+holds the pipeline's wait as well as the transfer. Given `sent_s` (see message_departures), a RECV
+counts only from when its message left the sender: waiting for a stage upstream stays bubble, the
+message in flight is exposed p2p. A collective counts from when the rank joins it, so waiting for
+the group's last member is exposed communication of that kind (as NCCL's kernel time would show it).
+
+Unlike summary.json's bubble_ratio (idle F/B time over the pipeline window), this bubble counts
+the whole step and takes communication out of it: idle time under a collective is "exposed
+communication", not bubble.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Comm, Program, Recv, Send
+from clustersim.sim.engine.records import EventLog
+
+# Priority when several kinds are active on an idle rank: the fixed five first, then the
+# remaining collective kinds in schedules.ir order (each kept separate).
+EXPOSED_KINDS: tuple[str, ...] = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather", "p2p")
+EXPOSED_KINDS += tuple(k for k in COLLECTIVE_KINDS if k not in EXPOSED_KINDS)
+P2P_PHASES = (Comm.SEND, Comm.RECV)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Per-rank seconds (arrays of num_ranks): compute, exposed communication by kind, bubble,
+    and `in_kind_s[K]` = |union of r's spans of kind K| whether compute hides them or not."""
+
+    step_time_s: float
+    compute_s: np.ndarray
+    exposed_s: dict[str, np.ndarray]
+    bubble_s: np.ndarray
+    in_kind_s: dict[str, np.ndarray]
+
+    def means(self) -> dict:
+        """Means over ranks; bubble is the remainder, so the identity holds for the means too."""
+        compute, exposed = float(self.compute_s.mean()), {k: float(v.mean()) for k, v in self.exposed_s.items()}
+        return {
+            "compute_s": compute,
+            "bubble_s": self.step_time_s - compute - sum(exposed.values()),
+            "exposed_comm_s": exposed,
+        }
+
+
+def category_of(phase: str) -> int:
+    """0 for compute, 1 + the index in EXPOSED_KINDS for communication; an unknown phase is an error."""
+    if phase in PHASES:
+        return 0
+    kind = "p2p" if phase in P2P_PHASES else phase.lower()
+    if kind not in EXPOSED_KINDS:
+        raise ValueError(
+            f"span phase {phase!r} is neither compute {PHASES}, p2p {P2P_PHASES} nor a collective "
+            f"kind in capitals ({', '.join(k.upper() for k in COLLECTIVE_KINDS)})"
+        )
+    return 1 + EXPOSED_KINDS.index(kind)
+
+
+SpanKey = tuple[int, str, str]  # (rank, stream, label)
+
+
+def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
+    """RECV span key -> start of the matching SEND span (when the message left its sender); the
+    program pairs them: a Recv of tag g from peer p on rank r meets p's Send of g to r."""
+    send_of = {
+        (rank, op.peer, op.tag): (rank, op.stream, op.label)
+        for rank, ops in program.ops.items()
+        for op in ops
+        if isinstance(op, Send)
+    }
+    send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == Comm.SEND}
+    return {
+        (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
+        for rank, ops in program.ops.items()
+        for op in ops
+        if isinstance(op, Recv) and send_of.get((op.peer, rank, op.tag)) in send_start
+    }
+
+
+def step_breakdown(
+    log: EventLog, step_time_s: float | None = None, sent_s: dict[SpanKey, float] | None = None
+) -> Breakdown:
+    """The breakdown of the module docstring, by a sweep over every span's start (+1) and end (-1);
+    a RECV named in `sent_s` starts at max(its start, sent_s[its key]) (None: RECVs count whole).
+
+    Events sorted by (rank, time) cut each rank's timeline into segments; the running sum of a
+    category's +1/-1 says whether it is active on a segment (every span closes on its own rank, so
+    the sums return to 0 between ranks and need no reset; the order of events at one instant only
+    matters on segments of length 0). A segment belongs to the lowest active category (compute,
+    then EXPOSED_KINDS in order); segment lengths summed per rank with bincount give the unions
+    and the exposed times.
+    """
+    step = log.makespan_s if step_time_s is None else step_time_s
+    n, spans, ranks_n = len(log.spans), log.spans, log.num_ranks
+    codes: dict[str, int] = {}
+    code = np.fromiter((codes.setdefault(s.phase, len(codes)) for s in spans), np.int64, n)
+    category = np.array([category_of(p) for p in codes], dtype=np.int64)[code] if n else code
+    rank = np.fromiter((s.rank for s in spans), np.int64, n)
+    start = np.fromiter((s.start_s for s in spans), float, n)
+    if sent_s:
+        start = np.maximum(
+            start,
+            np.fromiter(
+                (
+                    sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == Comm.RECV else s.start_s
+                    for s in spans
+                ),
+                float,
+                n,
+            ),
+        )
+    start = np.clip(start, 0.0, step)
+    end = np.clip(np.fromiter((s.end_s for s in spans), float, n), start, step)
+
+    time, rank, category = np.concatenate([start, end]), np.concatenate([rank, rank]), np.tile(category, 2)
+    delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
+    order = np.lexsort((time, rank))  # (2n,) events by rank, then time
+    time, rank, category, delta = time[order], rank[order], category[order], delta[order]
+    seg_rank = rank[:-1]  # (2n - 1,) segment i runs from event i to event i + 1
+    seg_s = np.where(rank[1:] == seg_rank, np.diff(time), 0.0)
+    owner = np.full(len(seg_s), -1, dtype=np.int64)
+    union = np.zeros((1 + len(EXPOSED_KINDS), ranks_n))
+    for cat in np.unique(category)[::-1].tolist():  # lowest category last, so it wins
+        active = np.cumsum(np.where(category == cat, delta, 0))[:-1] > 0
+        union[cat] = np.bincount(seg_rank[active], weights=seg_s[active], minlength=ranks_n)[:ranks_n]
+        owner[active] = cat
+    exposed = {
+        k: np.bincount(seg_rank[owner == 1 + i], weights=seg_s[owner == 1 + i], minlength=ranks_n)[:ranks_n]
+        for i, k in enumerate(EXPOSED_KINDS)
+    }
+    ranks = log.averaged_ranks  # a symmetric run's representatives stand for every rank
+    exposed = {k: v[ranks] for k, v in exposed.items()}
+    return Breakdown(
+        step,
+        union[0][ranks],
+        exposed,
+        step - union[0][ranks] - sum(exposed.values()),
+        {k: union[1 + i][ranks] for i, k in enumerate(EXPOSED_KINDS)},
+    )
+
+
+def alltoall_sizes(program: Program) -> dict[SpanKey, tuple[int, float]]:
+    """(rank, stream, label) -> (group size n, S = the bytes the rank sends, nccl-tests' size) of
+    every all-to-all op; an uneven all-to-all's nbytes is an (n, n) matrix whose rank row it sends."""
+    sizes = {}
+    for rank, ops in program.ops.items():
+        for op in ops:
+            if isinstance(op, Collective) and op.kind == "all_to_all":
+                nbytes = np.asarray(op.nbytes, dtype=float)
+                sent = float(nbytes[op.group.index(rank)].sum()) if nbytes.ndim == 2 else float(nbytes)
+                sizes[(rank, op.stream, op.label)] = (len(op.group), sent)
+    return sizes
+
+
+def alltoall_busbw_GBps(log: EventLog, sizes: dict[SpanKey, tuple[int, float]]) -> float | None:
+    """nccl-tests' bus bandwidth of the all-to-alls taken together, sum S x (n - 1) / n over sum t in
+    GB/s (1e9 B/s): S a rank's send bytes, n the group size, t the span (from the rank joining to
+    the end, so waiting for the last member counts). Summed, not averaged per span, so a few tiny
+    exchanges (an MoE layer's expert counts) do not swamp the token traffic. None when there is no
+    all-to-all of positive length."""
+    moved = seconds = 0.0
+    for span in log.spans:
+        if span.phase == Comm.ALL_TO_ALL and span.duration_s > 0:
+            n, sent = sizes[(span.rank, span.stream, span.label)]
+            moved += sent * (n - 1) / n
+            seconds += span.duration_s
+    return moved / seconds / 1e9 if seconds > 0 else None

@@ -1,0 +1,178 @@
+"""Memory per rank over a run: a step function per rank and category, a pure function of the
+event log plus the per-rank byte counts the formulas of sim/cost/memory.py give (habit 12: a
+view of the record). `memory_of` derives those counts from a scenario's layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from clustersim.schedules.data_parallel import DP_STREAM
+from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.scenario.units import format_bytes
+
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "other")
+STATIC_CATEGORIES = ("weights", "gradients", "optimizer", "other")
+GATHER_PHASES = (Comm.ALL_GATHER,)  # the engine records a collective span with its kind in capitals
+CONSUMER_PHASES = PIPELINE_PHASES  # compute that uses (and then frees) a gathered buffer
+
+
+@dataclass(frozen=True, eq=False)
+class RankMemory:
+    """One rank's memory as a step function: row i of `bytes` (one column per CATEGORIES entry)
+    holds from times_s[i] until times_s[i + 1]; the last row repeats at the end of the run."""
+
+    rank: int
+    times_s: np.ndarray  # (n,)
+    bytes: np.ndarray  # (n, len(CATEGORIES))
+
+    @property
+    def total(self) -> np.ndarray:
+        """(n,) the sum of the categories at each time point."""
+        return self.bytes.sum(axis=1)
+
+    def category(self, name: str) -> np.ndarray:
+        """(n,) one category's bytes over time."""
+        return self.bytes[:, CATEGORIES.index(name)]
+
+    @property
+    def peaks(self) -> dict[str, float]:
+        """Peak of each category, and `total`: the peak of the sum over time (which is at most,
+        and usually less than, the sum of the category peaks, since they need not coincide)."""
+        out = {name: float(self.bytes[:, i].max()) for i, name in enumerate(CATEGORIES)}
+        out["total"] = float(self.total.max())
+        return out
+
+    @property
+    def peak_time_s(self) -> float:
+        """When the total first reaches its peak."""
+        return float(self.times_s[int(np.argmax(self.total))])
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryTimeline:
+    """Every rank's memory over a run (rank r is ranks[r]), from t = 0 to the makespan."""
+
+    ranks: tuple[RankMemory, ...]
+    makespan_s: float
+
+
+def memory_timeline(
+    log: EventLog,
+    static_bytes: dict[int, dict[str, float]],
+    activation_bytes: dict[int, dict[int, float]],
+    gather_bytes: dict[int, float] | None = None,
+) -> MemoryTimeline:
+    """Memory per rank over time, a pure function of the event log and the byte counts given.
+
+    - static: `static_bytes[rank]` ({weights, gradients, optimizer, other}, e.g. from
+      `model_state_bytes`; a missing rank or key is 0) is held from t = 0 to the end.
+    - activations: + `activation_bytes[rank][stage]` (one microbatch through that stage's layers)
+      when a forward span "F" of that stage starts on the rank; - the same when the backward "B" of
+      the same (microbatch, stage) ends. A rank holding several stages (interleaved) has one entry
+      per stage. A forward whose backward never ran keeps its bytes to the end.
+    - ZeRO-3 gathers (only when `gather_bytes` is given): + `gather_bytes[rank]` into "weights" when
+      a span of phase "ALL_GATHER" on the "dp" stream starts, held until the end of the rank's first F or B that starts
+      at or after the gather ends (the compute that uses the gathered weights), or until the
+      gather's own end if no compute follows.
+    - other: 0 unless given in `static_bytes`. The CUDA context, library workspaces, the allocator's
+      fragmentation, the transient full-layer activations rebuilt during a recomputed backward, and
+      the weight-gradient (W) split of zero-bubble schedules are not modelled; spans of other
+      phases (SEND, RECV, OPT, R, ...) change nothing.
+
+    Changes at the same instant are applied together (a backward ending when a forward starts
+    frees its bytes before the next ones count, as in `metrics.peak_inflight_microbatches_per_rank`).
+    """
+    unknown = {key for per_rank in static_bytes.values() for key in per_rank} - set(STATIC_CATEGORIES)
+    if unknown:
+        raise ValueError(
+            f"static_bytes has unknown categories {sorted(unknown)} (valid: {', '.join(STATIC_CATEGORIES)})"
+        )
+    makespan = log.makespan_s
+    events: list[list[tuple[float, int, float]]] = [[] for _ in range(log.num_ranks)]  # (t, column, delta)
+    _activation_events(log, activation_bytes, events)
+    if gather_bytes is not None:
+        _gather_events(log, gather_bytes, events)
+    ranks = []
+    for rank in range(log.num_ranks):
+        static = np.array(
+            [static_bytes.get(rank, {}).get(name, 0.0) if name in STATIC_CATEGORIES else 0.0 for name in CATEGORIES],
+            dtype=float,
+        )
+        ranks.append(_step_function(rank, static, events[rank], makespan))
+    return MemoryTimeline(tuple(ranks), makespan)
+
+
+def _activation_events(log: EventLog, activation_bytes, events) -> None:
+    column = CATEGORIES.index("activations")
+    ops = log.whole_ops
+    for (rank, phase, stage, mb), (start, end) in ops.items():
+        label = f"{phase}{mb}@{stage}"
+        if phase == Phase.B and (rank, Phase.F, stage, mb) not in ops:
+            raise ValueError(f"rank {rank}: {label} ends but forward F{mb}@{stage} never ran on this rank")
+        try:
+            nbytes = float(activation_bytes[rank][stage])
+        except KeyError:
+            raise ValueError(
+                f"activation_bytes has no entry for rank {rank}, stage {stage} (needed by {label})"
+            ) from None
+        events[rank].append((start, column, nbytes) if phase == Phase.F else (end, column, -nbytes))
+
+
+def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:
+    column = CATEGORIES.index("weights")
+    consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B ops
+    for (rank, _, _, _), extent in log.whole_ops.items():
+        consumers.setdefault(rank, []).append(extent)
+    for spans in consumers.values():
+        spans.sort()
+    for span in log.spans:
+        if span.phase not in GATHER_PHASES or span.stream != DP_STREAM:  # ZeRO-3's, not sequence parallelism's
+            continue
+        if span.rank not in gather_bytes:
+            raise ValueError(f"gather_bytes has no entry for rank {span.rank} (needed by {span.label})")
+        nbytes = float(gather_bytes[span.rank])
+        release = next((end for start, end in consumers.get(span.rank, ()) if start >= span.end_s), span.end_s)
+        events[span.rank].append((span.start_s, column, nbytes))
+        events[span.rank].append((release, column, -nbytes))
+
+
+def _step_function(rank: int, static: np.ndarray, rank_events, makespan_s: float) -> RankMemory:
+    """Level after every instant at which something changed, starting from `static` at t = 0."""
+    times = np.array([0.0] + [t for t, _, _ in rank_events] + [makespan_s])
+    deltas = np.zeros((len(times), len(CATEGORIES)))
+    deltas[0] = static
+    for i, (_, column, delta) in enumerate(rank_events, start=1):
+        deltas[i, column] = delta
+    unique, inverse = np.unique(times, return_inverse=True)  # same-instant changes merge
+    merged = np.zeros((len(unique), len(CATEGORIES)))
+    np.add.at(merged, inverse, deltas)
+    levels = np.cumsum(merged, axis=0)  # (n, categories)
+    levels[np.abs(levels) < 1e-9 * max(1.0, float(np.abs(deltas).max()))] = 0.0  # cancel float residue of +x -x
+    return RankMemory(rank, unique, levels)
+
+
+def memory_peaks(timeline: MemoryTimeline) -> dict[str, dict[str, float]]:
+    """summary.json's `memory_peak_bytes_per_rank`: str(rank) -> peak bytes of weights, gradients,
+    optimizer, activations, other, and total (the peak of the sum, not the sum of the peaks)."""
+    return {str(rank.rank): rank.peaks for rank in timeline.ranks}
+
+
+def ranks_over_capacity(peaks: dict[str, dict[str, float]], capacity_bytes: float) -> list[int]:
+    """Ranks whose total peak exceeds the GPU's memory, in rank order."""
+    return sorted(int(rank) for rank, p in peaks.items() if p["total"] > capacity_bytes)
+
+
+def capacity_message(peaks: dict[str, dict[str, float]], capacity_bytes: float) -> str | None:
+    """One line for the terminal (or a --strict-memory error) when some rank does not fit, else None."""
+    over = ranks_over_capacity(peaks, capacity_bytes)
+    if not over:
+        return None
+    worst = max(over, key=lambda r: (peaks[str(r)]["total"], -r))
+    shown = ", ".join(map(str, over[:8])) + (", ..." if len(over) > 8 else "")
+    return (
+        f"memory: {len(over)} rank(s) exceed the GPU's {format_bytes(capacity_bytes)} "
+        f"(ranks {shown}; worst rank {worst} peaks at {format_bytes(peaks[str(worst)]['total'])})"
+    )

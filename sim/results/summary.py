@@ -1,0 +1,85 @@
+"""summary.json: the documented keys (README, "Outputs"), each a function of the event log, the
+memory timeline and the numerics' verdict."""
+
+from __future__ import annotations
+
+from clustersim.sim.engine.records import EventLog
+from clustersim.sim.results import metrics
+from clustersim.sim.results.links import hottest_links, link_stats
+from clustersim.sim.results.memory import MemoryTimeline, memory_peaks, ranks_over_capacity
+from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
+from clustersim.sim.scenario.schema import Scenario
+
+
+def summarize(
+    scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None, symmetry: Symmetry | None = None
+) -> dict:
+    """The documented summary.json keys (see README, "Outputs"). With `symmetry` the log holds the
+    representatives' spans only (and every image's flows): per-rank figures are theirs, copied to
+    their images, and rank averages count each representative for all its images."""
+    gpus, gpu = scenario.num_gpus, scenario.gpu_spec
+    expand = symmetry.expand if symmetry is not None else (lambda per_rank: per_rank)
+    images = symmetry.images_per_rank if symmetry is not None else 1
+    bubbles = expand(metrics.bubble_ratio_per_rank(log))
+    peaks = expand(memory_peaks(memory))
+    if not isinstance(peaks, dict):  # expand keeps a dict by str(rank) one (it is annotated list | dict)
+        raise TypeError(f"memory peaks expanded to a {type(peaks).__name__}, not a dict by rank")
+    return {
+        "scenario_name": scenario.name,
+        "step_time_s": metrics.step_time_s(log),
+        "bubble_ratio_per_rank": bubbles,
+        "bubble_ratio_mean": sum(bubbles) / len(bubbles),
+        "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus // images),
+        "mfu": metrics.mfu(log, gpus // images, gpu.peak_flops),
+        "peak_inflight_microbatches_per_rank": expand(metrics.peak_inflight_microbatches_per_rank(log)),
+        "num_microbatches": scenario.num_microbatches,
+        "numerics_max_abs_err": numerics["max_abs_err"] if numerics else None,
+        "numerics_max_rel_err": numerics["max_rel_err"] if numerics else None,
+        "numerics": numerics,
+        "hottest_links": hottest_links_summary(log),
+        "memory_peak_bytes_per_rank": peaks,
+        "memory_capacity_bytes": gpu.memory_bytes,
+        "memory_over_capacity_ranks": ranks_over_capacity(peaks, gpu.memory_bytes),
+        "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
+        **alltoall_summary(log, gpus),
+        "symmetry": {
+            "simulated_ranks": len(symmetry.representatives),
+            "images_per_rank": images,
+            "image_spread_s": image_spread_s(log.flows),
+        }
+        if symmetry is not None
+        else None,
+        "scenario": scenario.resolved(),
+    }
+
+
+TRAFFIC_MATRIX_MAX_GPUS = 64  # a bigger matrix is no longer readable in summary.json (traffic.png shows it)
+
+
+def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
+    """The all-to-alls' share of the step, their bytes on the network, and their GPU x GPU
+    traffic matrix (null with no all-to-all or more than TRAFFIC_MATRIX_MAX_GPUS GPUs)."""
+    small = num_gpus <= TRAFFIC_MATRIX_MAX_GPUS
+    matrix = metrics.traffic_matrix_bytes(log, num_gpus, metrics.ALLTOALL_STREAMS, block=1 if small else num_gpus)
+    total = float(matrix.sum())
+    return {
+        "alltoall_time_share": metrics.alltoall_time_share(log),
+        "alltoall_bytes_total": total,
+        "alltoall_traffic_matrix_bytes": matrix.tolist() if total > 0 and small else None,
+    }
+
+
+def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
+    """The most utilised links: name, bytes, busy time, utilisation (bytes / (bandwidth x step)),
+    peak concurrent flows."""
+    stats = link_stats(log)
+    return [
+        {
+            "link": stats.names[link],
+            "bytes": float(stats.bytes[link]),
+            "busy_s": float(stats.busy_s[link]),
+            "utilisation": float(stats.utilisation[link]),
+            "peak_flows": int(stats.peak_flows[link]),
+        }
+        for link in hottest_links(stats, count).tolist()
+    ]

@@ -1,0 +1,62 @@
+"""compare.png: each scenario's step as stacked bars beside its hottest links, a pure function of the rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from clustersim.sim.results.breakdown import EXPOSED_KINDS
+from clustersim.sim.results.table import time_unit
+
+COLOURS = {
+    "compute": "#4c72b0",
+    "all_to_all": "#c44e52",
+    "all_reduce": "#dd8452",
+    "reduce_scatter": "#8172b3",
+    "all_gather": "#937860",
+    "p2p": "#55a868",
+    "broadcast": "#da8bc3",
+    "reduce": "#8c8c8c",
+    "bubble": "#dddddd",
+}
+LINK_COLOURS = ("#c44e52", "#dd8452", "#f0b27a")  # hottest, second, third
+
+
+def plot_compare(rows: list[dict], path: str | Path, kinds: list[str], hottest: int) -> None:
+    """Stacked step-time bars (compute, exposed comm by kind, bubble) beside each scenario's
+    hottest links' utilisation; deterministic PNG bytes."""
+    unit, scale = time_unit(max(r["step_time_s"] for r in rows))
+    fig = Figure(figsize=(6 + 2.2 * len(rows), 5.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
+    x = np.arange(len(rows))
+    bottom = np.zeros(len(rows))
+    for part in ["compute", *kinds, "bubble"]:
+        values = (
+            np.array([r["exposed_comm_s"][part] if part in EXPOSED_KINDS else r[f"{part}_s"] for r in rows]) * scale
+        )
+        label = part if part in ("compute", "bubble") else f"exposed {part}"
+        left.bar(x, values, 0.6, bottom=bottom, color=COLOURS.get(part, "#999999"), label=label)
+        bottom += values
+    left.set_xticks(x, [r["name"] for r in rows], fontsize=8)
+    left.set_ylabel(f"mean per rank ({unit})")
+    left.set_title("where the step goes", fontsize=10)
+    left.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.06), ncols=3, frameon=False)
+    width = 0.8 / hottest
+    for i, r in enumerate(rows):
+        for j, link in enumerate(r["hottest_links"]):
+            xj = i - 0.4 + width * (j + 0.5)
+            pct = 100 * link["utilisation"]
+            right.bar(xj, pct, width * 0.9, color=LINK_COLOURS[j % len(LINK_COLOURS)])
+            right.text(xj, pct + 1.0, f"{link['link']} {pct:.0f}%", rotation=90, ha="center", va="bottom", fontsize=7)
+        if not r["hottest_links"]:
+            right.text(i, 1.0, "no traffic", rotation=90, ha="center", va="bottom", fontsize=7)
+    right.set_xticks(x, [r["name"] for r in rows], fontsize=8)
+    right.set_xlim(-0.6, len(rows) - 0.4)
+    right.set_ylim(0, 125)  # room for the labels above a fully used link
+    right.set_ylabel("utilisation over the step (%)")
+    right.set_title(f"{hottest} hottest links per scenario", fontsize=10)
+    fig.savefig(path, format="png", metadata={"Software": None})
