@@ -128,7 +128,7 @@ class PipelineNumerics:
             dout = None if stage.is_last else self._take(rank, op, MessageTag(Phase.B, mb, s + 1), "gradient")
             run = stage.backward(mb, dout)
         else:
-            raise RuntimeError(f"rank {rank}, {op.label}: unknown phase {op.phase!r}")
+            raise RuntimeError(f"rank {rank}, {op.label}: the shadow model has no numerics for phase {op.phase}")
         if not self.in_pieces:  # `run` is the result
             self._keep(rank, op, run)
             return True
