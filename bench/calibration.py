@@ -20,7 +20,7 @@ from clustersim.sim.collectives.run import time_collective
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.hardware import GPUS
 from clustersim.sim.scenario.loader import load_scenario
-from clustersim.topologies.spec import parse_spec
+from clustersim.sim.scenario.spec import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB, MiB = 2**30, 2**20

@@ -19,7 +19,7 @@ import numpy as np
 import simpy
 
 from clustersim.sim.network.network import Network
-from clustersim.topologies.spec import parse_spec
+from clustersim.sim.scenario.spec import parse_spec
 
 CASES = (
     "torus:8x8x8",

@@ -13,6 +13,7 @@ from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_progra
 from clustersim.schedules.validate import ProgramError
 from clustersim.sim.scenario.loader import load_scenario, load_scenarios
 from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.spec import key_flags
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -93,8 +94,6 @@ def _collective(args: argparse.Namespace) -> int:
     from clustersim.sim.collectives import CollectiveError
     from clustersim.sim.collectives.nccl_table import TYPE_BYTES, parse_sizes, sweep, table
     from clustersim.sim.collectives.ops import OPS, REDUCE_OPS
-    from clustersim.sim.scenario.units import parse_bandwidth, parse_seconds
-    from clustersim.topologies.spec import parse_spec
 
     def bad(flag: str, reason) -> ScenarioError:
         return ScenarioError("(command line)", flag, str(reason))
@@ -111,12 +110,7 @@ def _collective(args: argparse.Namespace) -> int:
         if value not in valid:
             raise bad(flag, f"unknown {flag[2:]} {value!r} (valid: {', '.join(valid)})")
     sizes = parsed("--sizes", parse_sizes, args.sizes)
-    link = {}
-    if args.bandwidth is not None:
-        link["bandwidth_Bps"] = parsed("--bandwidth", parse_bandwidth, args.bandwidth)
-    if args.latency is not None:
-        link["latency_s"] = parsed("--latency", parse_seconds, args.latency)
-    graph = parsed("--topology", lambda spec: parse_spec(spec, **link), args.topology)
+    graph = _spec_graph(args, args.topology, "--topology")
     num_gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
     if not 0 <= args.root < num_gpus:
         raise bad("--root", f"{args.root} is not a GPU of {args.topology} (0..{num_gpus - 1})")
@@ -132,6 +126,40 @@ def _collective(args: argparse.Namespace) -> int:
     return 0
 
 
+def _key_flags_given(args: argparse.Namespace) -> dict[str, object]:
+    """The topology key flags given (--link_bandwidth 25GB/s ...), each value read as YAML reads it."""
+    from clustersim.sim.scenario.loader import parse_yaml_value
+
+    flags = {key: getattr(args, _dest(key)) for key in key_flags()}
+    return {key: parse_yaml_value(value) for key, value in flags.items() if value is not None}
+
+
+def _spec_graph(args: argparse.Namespace, spec: str, flag: str):
+    """The graph of a spec with the key flags on top; a mistake names the flag it came from."""
+    from clustersim.sim.scenario.spec import SpecError, parse_spec
+
+    given = _key_flags_given(args)
+    try:
+        return parse_spec(spec, **given)
+    except SpecError as exc:
+        raise ScenarioError("(command line)", f"--{exc.key}" if exc.key in given else flag, str(exc)) from None
+
+
+def _dest(key: str) -> str:
+    return f"topology_key_{key}"
+
+
+def _add_key_flags(command: argparse.ArgumentParser) -> None:
+    """One flag per YAML key of any topology kind (`--link_bandwidth 25GB/s`, also spelt
+    `--link-bandwidth`), setting that key of the spec; a key its kind does not take is an error."""
+    group = command.add_argument_group(
+        "topology keys", "the YAML keys of cluster.topology, set on the spec (the kinds taking each in brackets)"
+    )
+    for key, help_text in key_flags().items():
+        spellings = dict.fromkeys((f"--{key}", f"--{key.replace('_', '-')}"))
+        group.add_argument(*spellings, dest=_dest(key), metavar="VALUE", help=help_text)
+
+
 def _topology(args: argparse.Namespace) -> int:
     import os
     import re
@@ -139,17 +167,16 @@ def _topology(args: argparse.Namespace) -> int:
 
     from clustersim.sim.run import build_topology
     from clustersim.sim.views.topology import draw_topology
-    from clustersim.topologies.schema import NODE_KINDS
-    from clustersim.topologies.spec import parse_spec
+    from clustersim.topologies.schema import NODE_KINDS, TOPOLOGY
 
     if Path(args.scenario).suffix in (".yaml", ".yml") or ":" not in args.scenario:
+        if given := _key_flags_given(args):
+            reason = "sets a key of a topology spec; a scenario file sets its keys in cluster.topology"
+            raise ScenarioError("(command line)", f"--{next(iter(given))}", reason)
         scenario = load_scenario(args.scenario)
         graph, name, default = build_topology(scenario), scenario.name, scenario.output_dir / "topology.png"
     else:  # a topology spec such as torus:4x4x4
-        try:
-            graph = parse_spec(args.scenario)
-        except ValueError as exc:
-            raise ScenarioError("(command line)", "SCENARIO", str(exc)) from None
+        graph = _spec_graph(args, args.scenario, "SCENARIO")
         name = args.scenario
         default = Path("runs") / "topology" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".png")
     kinds = {k: n for k in NODE_KINDS if (n := sum(1 for _, kind in graph.nodes(data="kind") if kind == k))}
@@ -162,7 +189,8 @@ def _topology(args: argparse.Namespace) -> int:
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
     os.close(fd)
     try:  # all or nothing: a failed drawing leaves no half-written PNG
-        draw_topology(graph, tmp, f"{name}: {graph.graph.get('topology', 'switch')}, {summary}")
+        kind = graph.graph.get(TOPOLOGY)
+        draw_topology(graph, tmp, f"{name}: {kind + ', ' if kind else ''}{summary}")
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -214,20 +242,22 @@ def parser() -> argparse.ArgumentParser:
         help="all_reduce | reduce_scatter | all_gather | broadcast | reduce | gather | scatter | all_to_all | p2p",
     )
     coll.add_argument(
-        "--topology", required=True, help="ring:8, switch:16, torus:4x4x4, fattree:nodes=8,gpus_per_node=8"
+        "--topology",
+        required=True,
+        help="a spec: ring:8, switch:16, torus:4x4x4, fattree:nodes=8,gpus_per_node=8, ring:8,link_bandwidth=25GB/s",
     )
     coll.add_argument("--sizes", required=True, help="MIN:MAX[:FACTOR] doubling by default (1KiB:1GiB), or one size")
     coll.add_argument("--algo", default="auto", help="algorithm (default auto; a wrong name lists the valid ones)")
-    coll.add_argument("--bandwidth", help="link bandwidth for specs without a preset, e.g. 100GB/s")
-    coll.add_argument("--latency", help="link latency for specs without a preset, e.g. 1us")
     coll.add_argument("--type", default="float", help="element type for the count column (default float)")
     coll.add_argument("--redop", default="sum", help="sum | prod | max | min (reducing collectives)")
     coll.add_argument("--root", type=int, default=0, help="root GPU of broadcast, reduce, gather, scatter")
     coll.add_argument("--json", action="store_true", help="the rows as a JSON list instead of a table")
+    _add_key_flags(coll)
     coll.set_defaults(func=_collective)
     topo = sub.add_parser("topology", help="draw a scenario's network graph to a PNG and print its size")
     topo.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file, or a topology spec such as torus:4x4x4")
     topo.add_argument("-o", "--output", help="PNG path (default: runs/<name>/topology.png)")
+    _add_key_flags(topo)
     topo.set_defaults(func=_topology)
     return top
 

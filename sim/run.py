@@ -46,36 +46,14 @@ from clustersim.sim.results.summary import summarize
 from clustersim.sim.scale.shortcut import Shortcuts
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.sim.scenario.schema import Scenario
+from clustersim.topologies.kind import ReplicaBlocks, Shape
 from clustersim.topologies.registry import TOPOLOGIES
 
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
-    """The scenario's network graph: the registry's builder, given the keys its kind takes
-    (sim.scenario.TOPOLOGY_KEYS) and the cluster's sizes."""
-    c, t = scenario.cluster, scenario.cluster.topology
-    link = {"bandwidth_Bps": t.link_bandwidth_Bps, "latency_s": t.link_latency_s}
-    node = {
-        "gpus_per_node": c.gpus_per_node,
-        "nvlink_bandwidth_Bps": t.nvlink_bandwidth_Bps,
-        "nic_bandwidth_Bps": t.nic_bandwidth_Bps,
-        "latency_s": t.link_latency_s,
-    }
-    if t.kind in ("switch", "ring"):
-        args = {"num_gpus": c.num_gpus, **link}
-    elif t.kind in ("torus", "mesh"):
-        args = {"axes": tuple(t.axes), **link, **({"wrap": t.wrap} if t.kind == "torus" else {})}
-    elif t.kind == "dgx":
-        args = node
-    else:  # fattree
-        args = {
-            "nodes": c.nodes,
-            **node,
-            "leaf_radix": t.leaf_radix,
-            "oversubscription": t.oversubscription,
-            "tiers": t.tiers,
-            "load_balance": t.load_balance,
-        }
-    return TOPOLOGIES[t.kind](**args)
+    """The scenario's network graph, built by its kind (topologies.registry) from its keys."""
+    c = scenario.cluster
+    return TOPOLOGIES[c.topology.kind].build(c.topology, Shape(c.nodes, c.gpus_per_node))
 
 
 @dataclass(frozen=True)
@@ -236,38 +214,19 @@ def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ..
 
 
 def symmetry_of(scenario: Scenario) -> Symmetry | None:
-    """The shifts under which this run looks the same from every image (sim.symmetry), or None:
-    numerics must be off (every replica computes on its own data), there must be more than one
-    image, and the fabric must not tell images apart: one switch (any GPU is like any other), or
-    a fat tree with adaptive routing (per-flow ECMP hashes each pair differently) where a shift
-    maps nodes onto nodes and leaf groups onto leaf groups: tp innermost and inside a node, each
-    block of ep replicas on whole nodes, and blocks and leaf groups nested one in the other."""
-    p, topology, cluster = scenario.parallel, scenario.cluster.topology, scenario.cluster
-    if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1:
+    """The shifts under which this run looks the same from every image (sim.scale.symmetry), or
+    None: numerics must be off (every replica computes on its own data), there must be more than
+    one image, and the fabric must not tell images apart: its kind says which shifts of blocks of
+    ep replicas map it and its routes onto themselves (topologies.kind.TopologyKind.symmetry)."""
+    p, cluster = scenario.parallel, scenario.cluster
+    kind = TOPOLOGIES[cluster.topology.kind]
+    if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1 or kind.symmetry is None:
         return None
-    fabric_step = None
-    if topology.kind == "fattree" and topology.load_balance == "adaptive":
-        block_gpus = p.ep * p.pp * p.tp  # what one shift by ep replicas moves
-        block_nodes = block_gpus // cluster.gpus_per_node
-        if (
-            tuple(p.order) != ("dp", "pp", "tp")
-            or cluster.gpus_per_node % p.tp
-            or block_gpus % cluster.gpus_per_node
-            or (block_nodes % topology.leaf_radix and topology.leaf_radix % block_nodes)
-        ):
-            return None
-        # a shift maps the fat tree onto itself when it moves whole leaf groups (and wraps round whole ones)
-        nodes = p.dp // p.ep * block_nodes
-        fabric_step = (
-            p.ep
-            if nodes <= topology.leaf_radix
-            else p.ep * max(1, topology.leaf_radix // block_nodes)
-            if nodes % topology.leaf_radix == 0
-            else p.dp
-        )
-    elif topology.kind != "switch":
-        return None
-    return Symmetry(layout_of(scenario), fabric_step)
+    blocks = ReplicaBlocks(
+        gpus=p.ep * p.pp * p.tp, count=p.dp // p.ep, tp=p.tp, contiguous=tuple(p.order) == ("dp", "pp", "tp")
+    )
+    step = kind.symmetry(cluster.topology, Shape(cluster.nodes, cluster.gpus_per_node), blocks)
+    return None if step is None else Symmetry(layout_of(scenario), step * p.ep)
 
 
 def program_of(scenario: Scenario, exact: bool = False) -> Program:

@@ -1,10 +1,4 @@
-"""DGX-style nodes (GPUs on one NVSwitch, one NIC per GPU) and the rail-optimised fat tree joining them.
-
-One node n (G = gpus_per_node GPUs; GPU g = n * G + r has local index r, its "rail"):
-
-    GPU g <-> NVSwitch n   nvlink_bandwidth_Bps   (the node's NVSwitch chips modelled as one crossbar)
-    GPU g <-> NIC g        nic_bandwidth_Bps      (PCIe Gen5 x16, ~64 GB/s each way, is faster than
-                                                   the NIC, so the NIC's rate is the one that binds)
+"""The rail-optimised fat tree joining DGX-style nodes (topologies.dgx), and its ECMP routing.
 
 The fat tree (rail-optimised, as in NVIDIA's DGX SuperPOD): NIC g links to the leaf of rail r in
 its group, group = n // leaf_radix, so a leaf has D = min(leaf_radix, nodes) downlinks and each
@@ -25,51 +19,52 @@ Load balance over the spines (`load_balance`):
                 group whose link from each leaf carries the S uplinks' total capacity. Built that
                 way, so a flow stays one flow.
 
-Paths (routing = "ecmp", topologies.routing.EcmpRouter): same node: GPU -> NVSwitch -> GPU.
+Paths (routing = "ecmp", EcmpRouter below): same node: GPU -> NVSwitch -> GPU.
 Otherwise GPU -> NIC -> leaf -> [same leaf: straight down] else spine j [-> core (j, c) -> spine j
 of the destination pod] -> destination leaf -> NIC -> GPU; j and c come from a hash of (src, dst).
 
-Sources for the defaults (DGX H100):
-- NVLINK4_BANDWIDTH_Bps: H100 SXM NVLink 4 is 900 GB/s per GPU counting both directions (18 links),
-  450 GB/s each way (NVIDIA H100 datasheet; DGX H100 user guide).
-- CX7_BANDWIDTH_Bps: DGX H100 has 8 ConnectX-7 NICs, one per GPU, 400 Gb/s NDR each: 400e9 / 8 bits
-  per byte = 50 GB/s each way (NVIDIA DGX H100 datasheet).
-- LEAF_RADIX: a Quantum-2 QM9700 switch has 64 NDR ports; a non-blocking leaf uses 32 down and
-  32 up, which is why a SuperPOD scalable unit is 32 nodes (DGX SuperPOD H100 reference design).
-- HOP_LATENCY_s: 1 us per link is an assumption (order of a switch hop plus NIC/PCIe time), not a
-  measured figure; scenarios state their own.
+Symmetry (for the simulator's replica shortcut): with adaptive load balance, shifting GPU indices by
+whole leaf groups (wrapping round whole groups), or by whole nodes when all nodes share one leaf
+group, maps the tree and its routes onto themselves; per-flow ECMP hashing tells images apart.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import networkx as nx
+import numpy as np
+from pydantic import Field
 
-from clustersim.topologies.schema import GPU_INDEX, KIND, ROUTING, TOPOLOGY, add_duplex_link
+from clustersim.topologies.dgx import (
+    DGX_GPUS,
+    GPUS_PER_NODE,
+    NODES,
+    CX7_BANDWIDTH_Bps,
+    HOP_LATENCY_s,
+    NodeKeys,
+    NVLINK4_BANDWIDTH_Bps,
+    _add_dgx,
+    check_int,
+    check_positive,
+    dgx_node,
+    gpu_id,
+    nic_id,
+    nvswitch_id,
+)
+from clustersim.topologies.kind import ReplicaBlocks, Shape, SpecForm, TopologyKind
+from clustersim.topologies.routing import check_pairs, csr, flow_hash, link_index
+from clustersim.topologies.schema import KIND, ROUTING, TOPOLOGY, add_duplex_link
 
-NVLINK4_BANDWIDTH_Bps = 450e9
-CX7_BANDWIDTH_Bps = 400e9 / 8
+__all__ = ["CX7_BANDWIDTH_Bps", "NVLINK4_BANDWIDTH_Bps", "dgx_node", "fat_tree", "EcmpRouter", "FATTREE"]
+
 LEAF_RADIX = 32
-HOP_LATENCY_s = 1e-6
-DGX_GPUS = 8
 LOAD_BALANCE = ("ecmp", "adaptive")
+ECMP = "ecmp"
 
-# graph.graph keys the ECMP router reads (besides TOPOLOGY and ROUTING); a dgx node sets the first two
-NODES, GPUS_PER_NODE, TIERS = "nodes", "gpus_per_node", "tiers"
-LEAVES_PER_RAIL, SPINES = "leaves_per_rail", "spines"  # L, and S per group (2 tiers: in total)
-
-
-def gpu_id(g: int) -> tuple:
-    return ("gpu", g)
-
-
-def nvswitch_id(node: int) -> tuple:
-    return ("nvswitch", node)
-
-
-def nic_id(g: int) -> tuple:
-    return ("nic", g)
+# graph.graph keys the ECMP router reads (besides TOPOLOGY, ROUTING, NODES and GPUS_PER_NODE)
+TIERS, LEAVES_PER_RAIL, SPINES = "tiers", "leaves_per_rail", "spines"  # L, and S per group (2 tiers: in total)
 
 
 def leaf_id(rail: int, group: int) -> tuple:
@@ -84,43 +79,6 @@ def core_id(j: int, c: int) -> tuple:
     return ("core", j, c)
 
 
-def _add_dgx(
-    graph: nx.DiGraph,
-    node: int,
-    gpus_per_node: int,
-    nvlink_bandwidth_Bps: float,
-    nic_bandwidth_Bps: float,
-    latency_s: float,
-) -> None:
-    """Node `node`'s GPUs, its NVSwitch and one NIC per GPU."""
-    if not latency_s >= 0:
-        raise ValueError(f"latency_s must be >= 0, got {latency_s!r}")
-    graph.add_node(nvswitch_id(node), **{KIND: "nvswitch"})
-    for r in range(gpus_per_node):
-        g = node * gpus_per_node + r
-        graph.add_node(gpu_id(g), **{KIND: "gpu", GPU_INDEX: g})
-        graph.add_node(nic_id(g), **{KIND: "nic"})
-        add_duplex_link(graph, gpu_id(g), nvswitch_id(node), nvlink_bandwidth_Bps, latency_s)
-        add_duplex_link(graph, gpu_id(g), nic_id(g), nic_bandwidth_Bps, latency_s)
-
-
-def dgx_node(
-    gpus_per_node: int = DGX_GPUS,
-    nvlink_bandwidth_Bps: float = NVLINK4_BANDWIDTH_Bps,
-    nic_bandwidth_Bps: float = CX7_BANDWIDTH_Bps,
-    latency_s: float = HOP_LATENCY_s,
-) -> nx.DiGraph:
-    """One DGX-style node on its own: GPUs on an NVSwitch, NICs attached but leading nowhere.
-    GPU-to-GPU paths are unique (GPU -> NVSwitch -> GPU), so it routes by shortest path."""
-    _check_int(gpus_per_node=gpus_per_node)
-    _check_positive(
-        gpus_per_node=gpus_per_node, nvlink_bandwidth_Bps=nvlink_bandwidth_Bps, nic_bandwidth_Bps=nic_bandwidth_Bps
-    )
-    graph = nx.DiGraph(**{TOPOLOGY: "dgx", ROUTING: "shortest_path", NODES: 1, GPUS_PER_NODE: gpus_per_node})
-    _add_dgx(graph, 0, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
-    return graph
-
-
 def fat_tree(
     nodes: int,
     gpus_per_node: int = DGX_GPUS,
@@ -133,8 +91,8 @@ def fat_tree(
     load_balance: str = "ecmp",
 ) -> nx.DiGraph:
     """`nodes` DGX-style nodes on a rail-optimised fat tree (see the module docstring)."""
-    _check_int(nodes=nodes, gpus_per_node=gpus_per_node, leaf_radix=leaf_radix)
-    _check_positive(
+    check_int(nodes=nodes, gpus_per_node=gpus_per_node, leaf_radix=leaf_radix)
+    check_positive(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         leaf_radix=leaf_radix,
@@ -153,10 +111,11 @@ def fat_tree(
     uplink_Bps = downlinks * nic_bandwidth_Bps / (oversubscription * spines)
     if load_balance == "adaptive":  # the S spines as one, its links carrying the S uplinks' capacity
         uplink_Bps, spines = uplink_Bps * spines, 1
-    graph = nx.DiGraph(
-        **{
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.graph.update(
+        {
             TOPOLOGY: "fattree",
-            ROUTING: "ecmp",
+            ROUTING: ECMP,
             NODES: nodes,
             GPUS_PER_NODE: gpus_per_node,
             TIERS: tiers,
@@ -194,13 +153,140 @@ def fat_tree(
     return graph
 
 
-def _check_positive(**values) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
+class EcmpRouter:
+    """Equal-cost multipath on topologies.fattree's rail-optimised fat tree.
+
+    h = flow_hash(src, dst); spine j = h mod S; in three tiers core c = (h div S) mod G (G cores per
+    plane). Paths (links): same node 2 (GPU, NVSwitch, GPU); same leaf 4 (GPU, NIC, leaf, NIC, GPU);
+    via a spine 6; via a core (three tiers, different pods) 8. Each is a fewest-hop path.
+    """
+
+    def __init__(self, graph: nx.DiGraph):
+        g = graph.graph
+        nodes, per, self.tiers = g[NODES], g[GPUS_PER_NODE], g[TIERS]
+        self.spines, radix, groups = g[SPINES], g["leaf_radix"], g[LEAVES_PER_RAIL]
+        self.num_gpus, self.per_node = nodes * per, per
+        ids = link_index(graph)
+        gpu = np.arange(self.num_gpus)
+        self.node, rail = gpu // per, gpu % per
+        self.group = self.node // radix
+        self.leaf = rail * groups + self.group  # leaf number (rail, group) -> r * L + group
+
+        def table(pairs) -> np.ndarray:
+            return np.array([ids[p] for p in pairs], dtype=np.int64)
+
+        nv, nic = [nvswitch_id(int(n)) for n in self.node], [nic_id(int(x)) for x in gpu]
+        gp, lf = [gpu_id(int(x)) for x in gpu], [leaf_id(int(r), int(q)) for r, q in zip(rail, self.group)]
+        self.gpu_nv, self.nv_gpu = table(zip(gp, nv)), table(zip(nv, gp))
+        self.gpu_nic, self.nic_gpu = table(zip(gp, nic)), table(zip(nic, gp))
+        self.nic_leaf, self.leaf_nic = table(zip(nic, lf)), table(zip(lf, nic))
+        leaves = [(r, q) for r in range(per) for q in range(groups)]  # in leaf-number order
+        top = [[spine_id(q if self.tiers == 3 else 0, j) for j in range(self.spines)] for _, q in leaves]
+        self.leaf_up = np.array([table((leaf_id(r, q), s) for s in row) for (r, q), row in zip(leaves, top)])
+        self.leaf_down = np.array([table((s, leaf_id(r, q)) for s in row) for (r, q), row in zip(leaves, top)])
+        if self.tiers == 3:  # (pod, j, c)
+            self.spine_up = np.array(
+                [
+                    [table((spine_id(q, j), core_id(j, c)) for c in range(per)) for j in range(self.spines)]
+                    for q in range(groups)
+                ]
+            )
+            self.spine_down = np.array(
+                [
+                    [table((core_id(j, c), spine_id(q, j)) for c in range(per)) for j in range(self.spines)]
+                    for q in range(groups)
+                ]
+            )
+
+    def route_many(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
+        src, dst = check_pairs(src, dst, self.num_gpus)
+        h = flow_hash(src, dst, self.num_gpus)
+        spine = (h % np.uint64(self.spines)).astype(np.int64)
+        core = (h // np.uint64(self.spines) % np.uint64(self.per_node)).astype(np.int64)
+        same_node = self.node[src] == self.node[dst]
+        same_leaf = ~same_node & (self.leaf[src] == self.leaf[dst])
+        cross_pod = (self.group[src] != self.group[dst]) if self.tiers == 3 else np.zeros(src.size, bool)
+        length = np.select([src == dst, same_node, same_leaf, cross_pod], [0, 2, 4, 8], default=6)
+        indptr, links = csr(length)
+        for kind_len in (2, 4, 6, 8):
+            idx = np.flatnonzero(length == kind_len)
+            if not idx.size:
+                continue
+            s, d, j, c = src[idx], dst[idx], spine[idx], core[idx]
+            if kind_len == 2:
+                columns = [self.gpu_nv[s], self.nv_gpu[d]]
+            else:
+                up, down = [self.gpu_nic[s], self.nic_leaf[s]], [self.leaf_nic[d], self.nic_gpu[d]]
+                ls, ld = self.leaf[s], self.leaf[d]
+                if kind_len == 4:
+                    middle = []
+                elif kind_len == 6:
+                    middle = [self.leaf_up[ls, j], self.leaf_down[ld, j]]
+                else:
+                    middle = [
+                        self.leaf_up[ls, j],
+                        self.spine_up[self.group[s], j, c],
+                        self.spine_down[self.group[d], j, c],
+                        self.leaf_down[ld, j],
+                    ]
+                columns = up + middle + down
+            start = indptr[idx]
+            for k, column in enumerate(columns):
+                links[start + k] = column
+        return indptr, links
 
 
-def _check_int(**values) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+class FatTreeKeys(NodeKeys):
+    leaf_radix: int = Field(LEAF_RADIX, gt=0, description="NIC ports per leaf switch (default 32)")
+    oversubscription: float = Field(
+        1.0, gt=0, description="leaf downlink / uplink capacity (default 1: full bisection)"
+    )
+    tiers: int = Field(2, ge=2, le=3, description="2 (leaf, spine) or 3 (+ core) (default 2)")
+    load_balance: Literal["ecmp", "adaptive"] = Field(
+        "ecmp", description="ecmp (per-flow hash onto one spine) or adaptive (ideal spraying) (default ecmp)"
+    )
+
+
+def _build(keys: FatTreeKeys, shape: Shape) -> nx.DiGraph:
+    return fat_tree(
+        shape.nodes,
+        shape.gpus_per_node,
+        keys.nvlink_bandwidth_Bps,
+        keys.nic_bandwidth_Bps,
+        keys.leaf_radix,
+        keys.oversubscription,
+        keys.tiers,
+        keys.link_latency_s,
+        keys.load_balance,
+    )
+
+
+def _symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | None:
+    """Blocks of replicas must be whole nodes (tensor-parallel shards inside a node), and blocks and
+    leaf groups nested one in the other; then a shift by whole leaf groups (whole nodes when there
+    is one group) is an automorphism, and the step is the fewest blocks making one (all of them:
+    only the identity, when the nodes do not fill whole groups)."""
+    gpus_per_node, radix = shape.gpus_per_node, keys.leaf_radix
+    block_nodes = blocks.gpus // gpus_per_node
+    if (
+        keys.load_balance != "adaptive"
+        or not blocks.contiguous
+        or gpus_per_node % blocks.tp
+        or blocks.gpus % gpus_per_node
+        or (block_nodes % radix and radix % block_nodes)
+    ):
+        return None
+    nodes = blocks.count * block_nodes
+    if nodes <= radix:
+        return 1
+    return max(1, radix // block_nodes) if nodes % radix == 0 else blocks.count
+
+
+FATTREE = TopologyKind(
+    name="fattree",
+    keys=FatTreeKeys,
+    build=_build,
+    routers={ECMP: EcmpRouter},
+    spec=SpecForm(defaults={"gpus_per_node": DGX_GPUS, "link_latency": HOP_LATENCY_s}),
+    symmetry=_symmetry,
+)

@@ -1,18 +1,27 @@
-"""Topology builders by the name a scenario's `cluster.topology.kind` uses; a miss lists the names.
+"""Topology kinds by the name a scenario's `cluster.topology.kind` and a spec (`ring:8`) use.
 
-Builders take different arguments (sim.run.build_topology maps a scenario onto them):
-    switch(num_gpus, bandwidth_Bps, latency_s)      ring(num_gpus, bandwidth_Bps, latency_s)
-    torus(axes, bandwidth_Bps, latency_s, wrap)     mesh(axes, bandwidth_Bps, latency_s)
-    dgx_node(gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, latency_s)
-    fat_tree(nodes, gpus_per_node, nvlink_bandwidth_Bps, nic_bandwidth_Bps, leaf_radix,
-             oversubscription, tiers, latency_s)
+A plain dict: adding a kind is its module (topologies.kind says what it declares) and one line
+here; a miss lists the valid names (`topology_kind`). ROUTERS gathers every kind's routers, by
+the name a graph carries in graph.graph["routing"].
 """
 
 from __future__ import annotations
 
-from clustersim.topologies.fattree import dgx_node, fat_tree
-from clustersim.topologies.ring import ring
-from clustersim.topologies.switch import switch
-from clustersim.topologies.torus import mesh, torus
+from clustersim.topologies.dgx import DGX
+from clustersim.topologies.dragonfly import DRAGONFLY
+from clustersim.topologies.fattree import FATTREE
+from clustersim.topologies.kind import TopologyKind
+from clustersim.topologies.ring import RING
+from clustersim.topologies.switch import SWITCH
+from clustersim.topologies.torus import MESH, TORUS
 
-TOPOLOGIES = {"switch": switch, "ring": ring, "torus": torus, "mesh": mesh, "dgx": dgx_node, "fattree": fat_tree}
+TOPOLOGIES: dict[str, TopologyKind] = {kind.name: kind for kind in (SWITCH, RING, TORUS, MESH, DGX, FATTREE, DRAGONFLY)}
+
+ROUTERS = {name: router for kind in TOPOLOGIES.values() for name, router in kind.routers.items()}
+
+
+def topology_kind(name: str) -> TopologyKind:
+    """The kind called `name`; a KeyError listing the valid names on a miss."""
+    if name not in TOPOLOGIES:
+        raise KeyError(f"unknown topology kind {name!r} (valid: {', '.join(TOPOLOGIES)})")
+    return TOPOLOGIES[name]

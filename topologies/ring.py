@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import networkx as nx
 
+from clustersim.topologies.kind import Shape, SpecForm, TopologyKind
 from clustersim.topologies.schema import TOPOLOGY
-from clustersim.topologies.torus import torus
+from clustersim.topologies.switch import LINK_SPEC_DEFAULTS, LinkKeys, gpu_count
+from clustersim.topologies.torus import DIMENSION_ORDER, DimensionOrderRouter, torus
 
 
 def ring(num_gpus: int, bandwidth_Bps: float, latency_s: float) -> nx.DiGraph:
@@ -17,3 +19,16 @@ def ring(num_gpus: int, bandwidth_Bps: float, latency_s: float) -> nx.DiGraph:
     graph = torus((num_gpus,), bandwidth_Bps, latency_s, wrap=True)
     graph.graph[TOPOLOGY] = "ring"
     return graph
+
+
+def _build(keys: LinkKeys, shape: Shape) -> nx.DiGraph:
+    return ring(shape.num_gpus, keys.link_bandwidth_Bps, keys.link_latency_s)
+
+
+RING = TopologyKind(
+    name="ring",
+    keys=LinkKeys,
+    build=_build,
+    routers={DIMENSION_ORDER: DimensionOrderRouter},
+    spec=SpecForm("a GPU count, e.g. ring:8", gpu_count, LINK_SPEC_DEFAULTS),
+)

@@ -6,9 +6,9 @@ edges, each with `bandwidth` (bytes/s, one direction) and `latency` (seconds). R
 (flows, rates) never lives on the graph.
 
 Graph-level attributes (`graph.graph[...]`) tell a router and a plot what the graph is:
-TOPOLOGY names the builder ("ring", "torus", "mesh", "dgx", "fattree"; absent on a plain switch),
-ROUTING is one of ROUTINGS (absent means "shortest_path"), and each builder adds what its router
-needs (torus/mesh/ring: AXES, WRAP; fat tree: see topologies.fattree).
+TOPOLOGY names the kind (topologies.registry; absent on a switch built by hand), ROUTING names a router
+one of the kinds declares (absent means "shortest_path"), and each builder adds what its router
+needs (torus/mesh/ring: AXES, WRAP; others: see their modules).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ NODE_KINDS = ("gpu", "nvswitch", "switch", "nic", "leaf", "spine", "core", "rout
 
 TOPOLOGY = "topology"
 ROUTING = "routing"
-ROUTINGS = ("shortest_path", "dimension_order", "ecmp")
 AXES = "axes"  # tuple of ints, the torus/mesh size per axis; GPU index = np.ravel_multi_index(coords, axes)
 WRAP = "wrap"  # bool: torus (wraparound links) or mesh
 
@@ -63,7 +62,9 @@ def check_schema(graph: nx.DiGraph) -> None:
             raise ValueError(f"edge {a!r}->{b!r}: needs {BANDWIDTH} > 0 and {LATENCY} >= 0, got {data}")
         if not graph.has_edge(b, a):
             raise ValueError(f"edge {a!r}->{b!r} has no reverse edge (links are full duplex)")
-    if graph.graph.get(ROUTING, "shortest_path") not in ROUTINGS:
-        raise ValueError(f"graph routing {graph.graph[ROUTING]!r} not in {ROUTINGS}")
+    from clustersim.topologies.registry import ROUTERS  # the kinds import this module
+
+    if graph.graph.get(ROUTING, "shortest_path") not in ROUTERS:
+        raise ValueError(f"graph routing {graph.graph[ROUTING]!r} not in {tuple(ROUTERS)}")
     if graph.number_of_nodes() and not nx.is_strongly_connected(graph):
         raise ValueError("topology is not connected")

@@ -1,9 +1,9 @@
 """What the collectives need to know about a topology graph: its kind, torus shape, node structure.
 
 Read from the graph's own attributes (`graph.graph`, see topologies.schema), set by the builders:
-- TOPOLOGY ("ring", "torus", "mesh", "dgx", "fattree"; absent on a plain switch: a flat fabric);
+- TOPOLOGY, the kind's name (topologies.registry; absent on a plain switch: a flat fabric);
 - AXES, WRAP: the torus or mesh shape, GPU index = numpy.ravel_multi_index(coords, axes);
-- GPUS_PER_NODE (fat tree): GPU index = node x gpus_per_node + local index (its rail).
+- GPUS_PER_NODE (dgx, fat tree): GPU index = node x gpus_per_node + local index (its rail).
 A graph without these is one flat fabric: no torus shape, no nodes.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from clustersim.topologies.fattree import GPUS_PER_NODE
+from clustersim.topologies.dgx import GPUS_PER_NODE
 from clustersim.topologies.schema import AXES, TOPOLOGY, WRAP, gpu_nodes
 
 

@@ -2,7 +2,7 @@
 
     scenario = load_scenario("scenarios/quickstart.yaml")
 
-The models and their rules live in sim.scenario; this module only reads files, parses YAML
+The models and their rules live in sim.scenario.schema; this module only reads files, parses YAML
 strictly (duplicate keys are errors; '1e-3' is a float) and words the first error for a person.
 """
 
@@ -15,9 +15,12 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
+from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
 from clustersim.sim.scenario.presets import MODELS
-from clustersim.sim.scenario.schema import Scenario, ScenarioError, _FieldError, show_value
+from clustersim.sim.scenario.schema import Scenario
+from clustersim.sim.scenario.topology import drop_kind_tag
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -109,6 +112,15 @@ def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
     return scenarios
 
 
+def parse_yaml_value(text: str) -> Any:
+    """One value as a scenario file reads it ("8" -> 8, "1e-3" -> 0.001, "[4, 4]" -> a list; a
+    unit string such as "100GB/s" stays a string), for command-line options; bad YAML stays text."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError:
+        return text
+
+
 def _parse(text: str, filename: str) -> dict:
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
@@ -129,7 +141,7 @@ def _validate(data: dict, filename: str) -> Scenario:
         errors = exc.errors()
         # An unknown key is usually the cause of a "missing" one (a typo), so it goes first.
         first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-        path, reason = _translate(first)
+        path, reason = translate(first)
         raise ScenarioError(filename, path, reason) from None
 
 
@@ -173,11 +185,11 @@ _EXPECTED = {
 _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
-def _translate(error: dict) -> tuple[str, str]:
+def translate(error: ErrorDetails) -> tuple[str, str]:
     """One pydantic error -> (dotted YAML path, short reason)."""
-    loc, kind, ctx = tuple(error["loc"]), error["type"], error.get("ctx") or {}
+    loc, kind, ctx = drop_kind_tag(tuple(error["loc"])), error["type"], error.get("ctx") or {}
     cause = ctx.get("error")
-    if isinstance(cause, _FieldError):
+    if isinstance(cause, FieldError):
         loc = loc + cause.subpath
     path = ".".join(str(part) for part in loc) or "-"
     if kind == "extra_forbidden":

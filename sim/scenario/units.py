@@ -68,12 +68,12 @@ def parse_bytes(value: object) -> float:
     number = _plain_number(value, kind, example)
     if number is not None:
         return number
-    text = value.strip()  # type: ignore[union-attr]
+    text = str(value).strip()
     match = _BYTES_RE.match(text)
     if match is None:
-        raise _fail(value, kind, example)
+        raise _fail(str(value), kind, example)
     if match["base"] == "b":
-        raise _fail(value, kind, example, " ('b' means bits; write 'B' for bytes)")
+        raise _fail(str(value), kind, example, " ('b' means bits; write 'B' for bytes)")
     return float(match["num"]) * _BYTE_PREFIXES[match["prefix"] or ""]
 
 
@@ -83,9 +83,9 @@ def parse_bandwidth(value: object) -> float:
     number = _plain_number(value, kind, example)
     if number is not None:
         return number
-    match = _BANDWIDTH_RE.match(value.strip())  # type: ignore[union-attr]
+    match = _BANDWIDTH_RE.match(str(value).strip())
     if match is None:
-        raise _fail(value, kind, example)
+        raise _fail(str(value), kind, example)
     scale = _BYTE_PREFIXES[match["prefix"] or ""]
     if match["base"] == "b":
         scale /= _BITS_PER_BYTE  # bits/s -> bytes/s
@@ -98,9 +98,9 @@ def parse_seconds(value: object) -> float:
     number = _plain_number(value, kind, example)
     if number is not None:
         return number
-    match = _TIME_RE.match(value.strip())  # type: ignore[union-attr]
+    match = _TIME_RE.match(str(value).strip())
     if match is None:
-        raise _fail(value, kind, example)
+        raise _fail(str(value), kind, example)
     return float(match["num"]) / _PER_SECOND[match["unit"] or "s"]
 
 
@@ -110,9 +110,9 @@ def parse_flops(value: object) -> float:
     number = _plain_number(value, kind, example)
     if number is not None:
         return number
-    match = _FLOPS_RE.match(value.strip())  # type: ignore[union-attr]
+    match = _FLOPS_RE.match(str(value).strip())
     if match is None:
-        raise _fail(value, kind, example)
+        raise _fail(str(value), kind, example)
     return float(match["num"]) * _DECIMAL[match["prefix"] or ""]
 
 

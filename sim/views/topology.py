@@ -5,6 +5,8 @@ Layouts, by what the graph says it is (topologies.schema graph attributes):
 - ring, or any one-axis torus: a circle; a one-axis mesh: a line.
 - 2D torus/mesh: the grid, axis 0 down, axis 1 across. 3D: one sheared k1 x k2 grid per axis-0
   layer, layers stacked upwards (an oblique projection). Wraparound links are dashed.
+- fabrics of routers (dragonfly): routers round a circle in id order (so a group's routers sit
+  together), each router's GPUs just outside it; router-to-router links are chords.
 - everything else (switch, dgx, fat tree): layers by kind, GPUs in index order along the bottom
   (a gap between nodes), NVSwitch under its GPUs, NIC over its GPU, then leaf, spine and core rows.
 With `link_load` (link id -> utilisation 0..1, a link id being the edge's position in
@@ -56,7 +58,23 @@ def layout(graph) -> dict:
     """node -> (x, y)."""
     if AXES in graph.graph:
         return _grid_layout(graph, tuple(graph.graph[AXES]), bool(graph.graph.get(WRAP, True)))
+    if any(kind == "router" for _, kind in graph.nodes(data=KIND)):
+        return _radial_layout(graph)
     return _layered_layout(graph)
+
+
+def _radial_layout(graph) -> dict:
+    routers = sorted(n for n, d in graph.nodes(data=True) if d[KIND] == "router")
+    pos = {n: (0.0, 0.0) for n in graph.nodes}
+    sector = 2 * math.pi / max(len(routers), 1)
+    for i, router in enumerate(routers):
+        angle = math.pi / 2 - sector * i
+        pos[router] = (math.cos(angle), math.sin(angle))
+        gpus = sorted((graph.nodes[n][GPU_INDEX], n) for n in graph.successors(router) if graph.nodes[n][KIND] == "gpu")
+        for j, (_, gpu) in enumerate(gpus):  # spread over 80% of the router's sector
+            a = angle - sector * 0.8 * ((j + 0.5) / len(gpus) - 0.5)
+            pos[gpu] = (1.3 * math.cos(a), 1.3 * math.sin(a))
+    return pos
 
 
 def _grid_layout(graph, axes: tuple[int, ...], wrap: bool) -> dict:
@@ -92,7 +110,7 @@ def _layered_layout(graph) -> dict:
             rows.setdefault(d[KIND], []).append(n)
     for kind, nodes in rows.items():
         nodes = sorted(nodes, key=_sort_key)
-        xs = np.linspace(0.0, width, len(nodes) + 2)[1:-1] if len(nodes) > 1 else [width / 2]
+        xs = np.linspace(0.0, width, len(nodes) + 2)[1:-1].tolist() if len(nodes) > 1 else [width / 2]
         for n, xi in zip(nodes, xs):
             pos[n] = (float(xi), KIND_LEVEL.get(kind, 6.0))
     return pos
@@ -211,7 +229,8 @@ def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None 
         ncol=1 if link_load is None else len(handles),
     )
     ax.set_title(title, fontsize=10)
-    if AXES in graph.graph:  # grids keep their shape; layered fabrics use the whole width
+    if AXES in graph.graph or any(kind == "router" for _, kind in graph.nodes(data=KIND)):
+        # grids and circles keep their shape; layered fabrics use the whole width
         ax.set_aspect("equal", adjustable="datalim")
     ax.autoscale_view()
     ax.margins(0.05)

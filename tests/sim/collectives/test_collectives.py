@@ -14,9 +14,9 @@ from clustersim.sim.collectives.fabric import describe
 from clustersim.sim.collectives.nccl_table import BUSBW_FACTOR, parse_sizes, sweep
 from clustersim.sim.collectives.ops import OPS
 from clustersim.sim.collectives.ring import pipeline_slices
+from clustersim.sim.scenario.spec import parse_spec
 from clustersim.topologies.fattree import fat_tree
 from clustersim.topologies.ring import ring
-from clustersim.topologies.spec import parse_spec
 from clustersim.topologies.switch import switch
 
 B = 100e9  # bytes/s per link direction
@@ -102,7 +102,13 @@ def test_torus_all_reduce_keeps_every_axis_busy(axes):
     T = 2 k (d - 1) alpha + (n-1)/n M / (k B) (the module docstring), the bandwidth term of a ring at
     the rank's whole injection bandwidth 2kB."""
     n, m, k, d = math.prod(axes), GiB, len(axes), axes[0]
-    t, _ = time_collective(parse_spec("torus:" + "x".join(map(str, axes)), B, A), "all_reduce", "torus", None, m)
+    t, _ = time_collective(
+        parse_spec("torus:" + "x".join(map(str, axes)), link_bandwidth=B, link_latency=A),
+        "all_reduce",
+        "torus",
+        None,
+        m,
+    )
     assert close(t, 2 * k * (d - 1) * A + (n - 1) / n * m / (k * B))
 
 
@@ -110,7 +116,7 @@ def test_torus_all_reduce_with_unequal_axes_is_no_slower_than_one_axis_at_a_time
     """On 2 x 3 the parts fall out of step; the bound is the one-axis-at-a-time schedule's time
     (a 2-wide axis is one duplex link both directions share)."""
     m = GiB
-    t, _ = time_collective(parse_spec("torus:2x3", B, A), "all_reduce", "torus", None, m)
+    t, _ = time_collective(parse_spec("torus:2x3", link_bandwidth=B, link_latency=A), "all_reduce", "torus", None, m)
     one_at_a_time, block = 0.0, m
     for k in (2, 3):
         share = 2 if k == 2 else 1
@@ -389,9 +395,9 @@ def test_cli_prints_an_nccl_tests_table(capsys):
                 "1KiB:4KiB",
                 "--algo",
                 "ring",
-                "--bandwidth",
+                "--link_bandwidth",
                 "100GB/s",
-                "--latency",
+                "--link-latency",
                 "1us",
             ]
         )
@@ -429,9 +435,14 @@ def test_cli_json_rows(capsys):
         (["all_reduce", "--topology", "ring:4", "--sizes", "1GiB:1KiB"], "--sizes", "below the smallest"),
         (["all_reduce", "--topology", "ring:4", "--sizes", "lots"], "--sizes", "not a size"),
         (
-            ["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--bandwidth", "fast"],
-            "--bandwidth",
+            ["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--link_bandwidth", "fast"],
+            "--link_bandwidth",
             "not a bandwidth",
+        ),
+        (
+            ["all_reduce", "--topology", "fattree:nodes=2", "--sizes", "1KiB", "--link_bandwidth", "1GB/s"],
+            "--link_bandwidth",
+            "not used by topology kind 'fattree'",
         ),
         (["broadcast", "--topology", "ring:4", "--sizes", "1KiB", "--root", "4"], "--root", "not a GPU"),
         (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--redop", "avg"], "--redop", "unknown redop"),

@@ -1,0 +1,117 @@
+"""The `model` section: the model's shape, from a preset or spelled out, and its Mixture-of-Experts MLP."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
+
+from clustersim.sim.scenario.errors import FieldError
+from clustersim.sim.scenario.fields import Section, finite, is_int
+from clustersim.sim.scenario.presets import MODELS, ModelSpec, MoESpec
+
+
+class MoESection(Section):
+    """Mixture-of-Experts MLP (sim.presets.MoESpec): layer i is an MoE layer when i >= first_dense
+    and i % every == every - 1; the other layers keep the dense MLP of width model.ffn. With a
+    preset, the keys given override the preset's one by one (`moe: null` makes the model dense)."""
+
+    num_experts: int = Field(alias="experts", gt=0, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, description="routed experts each token goes to (<= experts)")
+    capacity_factor: Annotated[float, Field(gt=0), AfterValidator(finite)] | None = Field(
+        None,
+        description="expert buffer = ceil(factor x tokens x top_k / experts) rows, tokens past it "
+        "are dropped; null (default): no dropping",
+    )
+    every: int = Field(1, gt=0, description="MoE in every n-th layer: layers i with i % every == every - 1")
+    first_dense: int = Field(0, ge=0, description="this many first layers stay dense (DeepSeek-V3: 3)")
+    expert_ffn: int = Field(gt=0, description="each expert's MLP width (default model.ffn)")
+    shared_experts: int = Field(0, ge=0, description="always-on experts of width expert_ffn (DeepSeekMoE)")
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> MoESection:
+        if self.top_k > self.num_experts:
+            raise FieldError(
+                "top_k",
+                f"{self.top_k} > model.moe.experts ({self.num_experts}): a token cannot go "
+                "to more experts than there are",
+            )
+        return self
+
+    @property
+    def spec(self) -> MoESpec:
+        return MoESpec(**self.model_dump())
+
+
+def _moe_as_yaml(moe: MoESpec | None) -> dict[str, Any] | None:
+    """A preset's MoESpec under its YAML keys (`experts`, not `num_experts`), for merging."""
+    if moe is None:
+        return None
+    return {MoESection.model_fields[name].alias or name: value for name, value in dataclasses.asdict(moe).items()}
+
+
+class ModelSection(Section):
+    """Model shape. With `preset`, missing fields come from MODELS[preset] (and missing `moe` keys
+    from the preset's MoE); without it, all of layers/hidden/heads/seq_len/vocab are required and
+    ffn defaults to 4 x hidden. `moe` (absent or null: a dense model) takes its expert_ffn from ffn
+    when not given."""
+
+    # The schema cannot say "required unless preset"; list none as required rather than lie.
+    model_config = ConfigDict(json_schema_extra=lambda schema, cls: schema.pop("required", None))
+
+    preset: str | None = Field(None, json_schema_extra={"enum": [*MODELS, None]})
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    ffn: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    gated_mlp: bool = False
+    moe: MoESection | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data  # pydantic reports "expected a mapping"
+        preset = data.get("preset")
+        if isinstance(preset, str):
+            if preset not in MODELS:
+                valid = ", ".join(MODELS)
+                raise FieldError("preset", f"unknown preset '{preset}' (valid: {valid})")
+            base = {**dataclasses.asdict(MODELS[preset]), "moe": _moe_as_yaml(MODELS[preset].moe)}
+            if isinstance(base["moe"], dict) and isinstance(data.get("moe"), dict):
+                data = {**data, "moe": {**base["moe"], **data["moe"]}}  # override the preset's MoE key by key
+            data = {**base, **data}
+        elif "ffn" not in data and is_int(data.get("hidden")):
+            data = {**data, "ffn": 4 * data["hidden"]}
+        moe = data.get("moe")
+        if isinstance(moe, dict) and "expert_ffn" not in moe and is_int(data.get("ffn")):
+            data = {**data, "moe": {**moe, "expert_ffn": data["ffn"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelSection:
+        if self.hidden % self.heads:
+            raise FieldError("heads", f"{self.heads} does not divide model.hidden ({self.hidden})")
+        return self
+
+    @model_validator(mode="after")
+    def _some_layer_is_moe(self) -> ModelSection:
+        moe = self.moe
+        if moe is not None and not moe.spec.num_moe_layers(self.layers):
+            knob = "first_dense" if moe.first_dense >= self.layers else "every"
+            raise FieldError(
+                f"moe.{knob}",
+                (
+                    f"no MoE layer among model.layers ({self.layers}): layer i is MoE when i >= model.moe.first_dense "
+                    f"({moe.first_dense}) and i % model.moe.every ({moe.every}) == {moe.every - 1}"
+                ),
+            )
+        return self
+
+    @property
+    def spec(self) -> ModelSpec:
+        fields = self.model_dump(exclude={"preset", "moe"})
+        return ModelSpec(**fields, moe=self.moe.spec if self.moe is not None else None)

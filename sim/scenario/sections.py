@@ -1,0 +1,163 @@
+"""The scenario's sections other than the model: cluster, training, parallel, numerics, output."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from clustersim.sim.cost.memory import RECOMPUTE_MODES
+from clustersim.sim.scenario.errors import FieldError
+from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
+from clustersim.sim.scenario.hardware import GPUS, GpuSpec
+from clustersim.sim.scenario.topology import TopologySection
+from clustersim.topologies.kind import FitError, Shape
+from clustersim.topologies.registry import TOPOLOGIES
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+NUMERICS_DTYPES = ("float64", "float32")
+OPTIMIZERS = ("adam", "sgd")
+if TYPE_CHECKING:  # what the checked names are to a type checker; built at run time below
+    GpuName = str
+    Dtype = str
+    NumericsDtype = str
+    OptimizerName = str
+    Recompute = str
+else:
+    GpuName = one_of(GPUS, "gpu")
+    Dtype = one_of(DTYPE_BYTES, "dtype")
+    NumericsDtype = one_of(NUMERICS_DTYPES, "numerics dtype")
+    OptimizerName = one_of(OPTIMIZERS, "optimizer")
+    Recompute = one_of(RECOMPUTE_MODES, "recompute mode")
+
+
+class GpuOverrides(Section):
+    """Any GpuSpec field; names match GpuSpec so they merge with dataclasses.replace."""
+
+    peak_flops: Flops | None = None
+    memory_bytes: Bytes | None = Field(None, alias="memory")
+    hbm_bandwidth_Bps: Bandwidth | None = Field(None, alias="hbm_bandwidth")
+    efficiency: float | None = Field(None, gt=0, le=1)
+
+
+class ClusterSection(Section):
+    gpu: GpuName
+    gpu_overrides: GpuOverrides = GpuOverrides()
+    nodes: int = Field(1, gt=0)
+    gpus_per_node: int = Field(gt=0)
+    topology: TopologySection
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @model_validator(mode="after")
+    def _topology_fits(self) -> ClusterSection:
+        """The kind's own rule (torus axes multiply to the GPU count, dgx is one node, ...)."""
+        try:
+            TOPOLOGIES[self.topology.kind].fits(self.topology, Shape(self.nodes, self.gpus_per_node))
+        except FitError as exc:
+            raise FieldError(exc.key, str(exc)) from None
+        return self
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The GPUS entry with every non-null override applied."""
+        overrides = {k: v for k, v in self.gpu_overrides.model_dump().items() if v is not None}
+        return dataclasses.replace(GPUS[self.gpu], **overrides)
+
+
+class TrainingSection(Section):
+    global_batch: int = Field(gt=0, description="sequences per optimizer step")
+    micro_batch: int = Field(gt=0, description="sequences per microbatch")
+    dtype: Dtype = "bf16"
+    recompute: Recompute = Field(
+        "none",
+        description="activation recomputation: none, selective (attention "
+        "core, Korthikanti et al.), full (whole layer)",
+    )
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+
+class ParallelSection(Section):
+    pp: int = Field(1, gt=0, description="pipeline-parallel stages")
+    tp: int = Field(1, gt=0, description="tensor-parallel ranks (Megatron column/row split)")
+    sequence_parallel: bool = Field(
+        False,
+        description="split layernorm/dropout regions along the sequence: "
+        "all-reduces become reduce-scatter + all-gather",
+    )
+    dp: int = Field(1, gt=0, description="data-parallel replicas")
+    virtual: int = Field(1, gt=0, description="virtual pipeline chunks per rank (interleaved schedule)")
+    zero: int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp",
+    )
+    bucket: Bytes = Field(25 * 2**20, description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default)")
+    order: list[Literal["dp", "pp", "tp"]] = Field(
+        ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)"
+    )
+    ep: int = Field(
+        1,
+        gt=0,
+        description="expert-parallel degree: each MoE layer's experts are spread over ep "
+        "ranks carved out of the data-parallel group (ep divides dp and "
+        "model.moe.experts); each tensor-parallel rank holds its experts whole and routes "
+        "1/tp of the tokens",
+    )
+
+    @field_validator("order")
+    @classmethod
+    def _order_names_each_axis_once(cls, value: list[str]) -> list[str]:
+        if sorted(value) != ["dp", "pp", "tp"]:
+            raise ValueError(f"must name dp, pp and tp once each, got {value}")
+        return value
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.tp * self.dp
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages: pp x virtual (chunk c of rank r is stage c x pp + r)."""
+        return self.pp * self.virtual
+
+
+class NumericsSection(Section):
+    """The small shadow model really computed in numpy to prove the strategy correct."""
+
+    enabled: bool = True
+    hidden: int = Field(16, gt=0)
+    heads: int = Field(2, gt=0)
+    seq_len: int = Field(8, gt=0)
+    vocab: int = Field(32, gt=0)
+    micro_batch: int = Field(2, gt=0, description="shadow rows per microbatch")
+    seed: int = Field(0, ge=0)
+    dtype: NumericsDtype = "float64"
+    optimizer: OptimizerName = "adam"
+    lr: float = Field(1e-3, gt=0)
+    hot_expert_bias: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "added to expert 0's routing score when choosing experts (not to its weight): a skewed "
+            "router whose expert 0 is hot; MoE models only"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> NumericsSection:
+        if self.hidden % self.heads:
+            raise FieldError("heads", f"{self.heads} does not divide numerics.hidden ({self.hidden})")
+        return self
+
+
+class OutputSection(Section):
+    dir: str | None = Field(None, description="output folder (default runs/<name>)")
