@@ -64,6 +64,12 @@ def add_data_parallel(
     if zero_stage == 3 and layout.ep > 1:
         raise ValueError("ZeRO 3 with expert parallelism is not modelled")
     ops: dict[int, list[Op]] = {}
+    # one tag object per collective, shared by its members (fewer objects on big programs)
+    buckets, param_bucket, param_gather = (
+        functools.cache(_buckets),
+        functools.cache(ParamBucket.of),
+        functools.cache(ParamGather),
+    )
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
         group = layout.dp_group(p, t)
@@ -80,7 +86,7 @@ def add_data_parallel(
             if isinstance(op, Compute) and op.phase in PIPELINE_PHASES and not op.part and zero_stage == 3:
                 gather = Collective(
                     "all_gather",
-                    ParamGather(op.stage, t, op.label),
+                    param_gather(op.stage, t, op.label),
                     group,
                     weight_bytes(op.stage),
                     stream=DP_STREAM,
@@ -104,7 +110,7 @@ def add_data_parallel(
                     + tuple(
                         f"{kind} {tag}"
                         for expert_rank, _, size in sets(op.stage)
-                        for tag, _ in _buckets(op.stage, t, expert_rank, size, bucket_bytes)
+                        for tag, _ in buckets(op.stage, t, expert_rank, size, bucket_bytes)
                     ),
                 )
             out.append(op)
@@ -113,13 +119,13 @@ def add_data_parallel(
                 out.extend(
                     Collective(reduce, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
                     for expert_rank, members, total in sets(op.stage)
-                    for tag, size in _buckets(op.stage, t, expert_rank, total, bucket_bytes)
+                    for tag, size in buckets(op.stage, t, expert_rank, total, bucket_bytes)
                 )
             if isinstance(op, Compute) and op.phase == Phase.OPT and zero_stage in (1, 2):
                 out.extend(
-                    Collective("all_gather", ParamBucket.of(tag), members, size, stream=DP_STREAM, deps=(op.label,))
+                    Collective("all_gather", param_bucket(tag), members, size, stream=DP_STREAM, deps=(op.label,))
                     for expert_rank, members, total in sets(op.stage)
-                    for tag, size in _buckets(op.stage, t, expert_rank, total, bucket_bytes)
+                    for tag, size in buckets(op.stage, t, expert_rank, total, bucket_bytes)
                 )
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)

@@ -82,6 +82,7 @@ class Comm(StrEnum):
 
 
 _COMM_OF_KIND = {kind: Comm(kind.upper()) for kind in COLLECTIVE_KINDS}
+_KIND_TEXT = {kind: kind.upper() for kind in COLLECTIVE_KINDS}  # plain text, for labels (made often)
 SpanPhase = Phase | Comm  # what an event span's phase is
 
 
@@ -159,8 +160,8 @@ class Collective:
     comm: Comm = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "comm", Comm.of(self.kind))
-        object.__setattr__(self, "label", f"{self.comm} {self.tag}")
+        object.__setattr__(self, "comm", _COMM_OF_KIND[self.kind])
+        object.__setattr__(self, "label", f"{_KIND_TEXT[self.kind]} {self.tag.text}")
 
 
 Op = Compute | Send | Recv | Collective

@@ -18,12 +18,35 @@ op text and the trace, and `parse_tag` reads it back (the IR's round trip, nothi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 
-@dataclass(frozen=True, slots=True)
-class _Bucket:
+@dataclass(frozen=True, slots=True, eq=False)
+class _Tag:
+    """A tag's text, made once: every member of a group looks its collective up by tag, so
+    equality and hash go by the text (which names the tag uniquely: `parse_tag` reads it back)."""
+
+    text: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", self._format())
+
+    def _format(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class _Bucket(_Tag):
     """Bucket `bucket` of a stage's gradient set: `expert_rank` names the routed experts' set of
     that expert-parallel rank (ep > 1), None the set of every other parameter."""
 
@@ -38,20 +61,20 @@ class _Bucket:
         """ "grads" or "egrads": which of a stage's two flat gradient vectors the bucket cuts."""
         return "grads" if self.expert_rank is None else "egrads"
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         if self.expert_rank is None:
             return f"{self.PREFIX}@{self.stage}.t{self.tp_rank}.b{self.bucket}"
         return f"e{self.PREFIX}@{self.stage}.t{self.tp_rank}.r{self.expert_rank}.b{self.bucket}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
 class GradBucket(_Bucket):
     """A bucket of gradients, reduced (all-reduce, or reduce-scatter under ZeRO)."""
 
     PREFIX: ClassVar[str] = "grads"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
 class ParamBucket(_Bucket):
     """The weights of a gradient bucket, gathered after a sharded (ZeRO 1, 2) optimizer step."""
 
@@ -62,8 +85,8 @@ class ParamBucket(_Bucket):
         return ParamBucket(grads.stage, grads.tp_rank, grads.bucket, grads.expert_rank)
 
 
-@dataclass(frozen=True, slots=True)
-class ParamGather:
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class ParamGather(_Tag):
     """ZeRO 3: a stage's whole (dense) weights, gathered for the op labelled `consumer`."""
 
     stage: int
@@ -71,23 +94,23 @@ class ParamGather:
     consumer: str
     gradient_set: ClassVar[str] = "grads"  # ZeRO 3 shards dense weights only
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return f"params@{self.stage}.t{self.tp_rank}.{self.consumer}"
 
 
-@dataclass(frozen=True, slots=True)
-class TensorPiece:
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class TensorPiece(_Tag):
     """The tensor-parallel collective of data-parallel replica `replica` ending piece `piece`."""
 
     replica: int
     piece: str
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return f"tp@d{self.replica}.{self.piece}"
 
 
-@dataclass(frozen=True, slots=True)
-class ExpertPiece:
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class ExpertPiece(_Tag):
     """The expert-parallel all-to-all ending piece `piece` in expert-parallel group `group`."""
 
     pipeline_rank: int
@@ -95,18 +118,18 @@ class ExpertPiece:
     group: int
     piece: str
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return f"ep@p{self.pipeline_rank}.t{self.tp_rank}.g{self.group}.{self.piece}"
 
 
-@dataclass(frozen=True, slots=True)
-class GradSync:
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class GradSync(_Tag):
     """The tensor-parallel sum of a stage's partial gradients before its optimizer step."""
 
     replica: int
     stage: int
 
-    def __str__(self) -> str:
+    def _format(self) -> str:
         return f"tp@d{self.replica}.grads@{self.stage}"
 
 

@@ -200,12 +200,18 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
             ]
         return plans[(phase, stage)]
 
+    # one tag object per collective, shared by its members (fewer objects on big programs)
+    tensor_piece, expert_piece, grad_sync = (
+        functools.cache(TensorPiece),
+        functools.cache(ExpertPiece),
+        functools.cache(GradSync),
+    )
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
         ep_group = layout.ep_group(d, p, t)
         groups: dict[str, tuple[tuple[int, ...], str, Callable[[str], CollectiveTag]]] = {
-            "tp": (layout.tp_group(d, p), TP_STREAM, functools.partial(TensorPiece, d)),
-            "ep": (ep_group, EP_STREAM, functools.partial(ExpertPiece, p, t, d // layout.ep)),
+            "tp": (layout.tp_group(d, p), TP_STREAM, functools.partial(tensor_piece, d)),
+            "ep": (ep_group, EP_STREAM, functools.partial(expert_piece, p, t, d // layout.ep)),
         }
         groups["ep_counts"] = groups["ep"]
         renamed: dict[str, str] = {}  # whole op's label -> its last piece's label
@@ -237,7 +243,7 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
             if layout.tp > 1 and partial_grads and last_backward[op.stage] == op.label:  # the stream is in order
                 sync = Collective(
                     "all_reduce",
-                    GradSync(d, op.stage),
+                    grad_sync(d, op.stage),
                     groups["tp"][0],
                     costs.grad_sync_bytes(op.stage),
                     stream=TP_STREAM,

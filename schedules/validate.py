@@ -23,7 +23,6 @@ from collections.abc import Callable
 from operator import attrgetter
 
 from clustersim.schedules.ir import Collective, Compute, MessageTag, Op, Phase, Program, Recv, Send
-from clustersim.schedules.tags import CollectiveTag
 
 
 class ProgramError(ValueError):
@@ -202,13 +201,13 @@ def _check_p2p(program: Program) -> None:
 
 
 def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
-    seen: dict[CollectiveTag, dict[int, tuple[int, Collective]]] = defaultdict(dict)
+    seen: dict[str, dict[int, tuple[int, Collective]]] = defaultdict(dict)  # tag text -> members
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Collective):
                 if rank not in op.group:
                     raise ProgramError(f"{_where(rank, i, op)}: rank {rank} is not in its group {list(op.group)}")
-                seen[op.tag][rank] = (i, op)
+                seen[op.tag.text][rank] = (i, op)
     for members in seen.values():
         first_rank, (_, first) = next(iter(members.items()))
         for rank in joins(first):
@@ -235,7 +234,7 @@ def _check_deadlock(program: Program, joins: Callable[[Collective], tuple[int, .
             streams[(rank, op.stream)].append(op)
     done: dict[int, set[str]] = {rank: set() for rank in program.ranks}  # rank -> labels finished
     sent: set[tuple[int, int, MessageTag]] = set()
-    joined: dict[CollectiveTag, set[int]] = defaultdict(set)  # collective tag -> members that reached it
+    joined: dict[str, set[int]] = defaultdict(set)  # collective tag text -> members that reached it
     pos = dict.fromkeys(streams, 0)
     sleepers: dict[tuple, list[tuple[int, str]]] = defaultdict(list)  # what blocks -> streams waiting on it
     # rank -> label -> streams waiting for that op to finish (kept apart: checked after every op)
@@ -256,22 +255,22 @@ def _check_deadlock(program: Program, joins: Callable[[Collective], tuple[int, .
             if dep is not None:
                 on_mine.setdefault(dep, []).append(key)
                 break
-            if isinstance(op, Collective):
-                group = joined[op.tag]
+            if type(op) is Collective:
+                group = joined[op.tag.text]
                 if rank not in group:
                     group.add(rank)
                     if len(group) == len(members(op)):
-                        ready.extend(sleepers.pop(("joined", op.tag), ()))
+                        ready.extend(sleepers.pop(("joined", op.tag.text), ()))
                 if len(group) < len(members(op)):
-                    sleepers[("joined", op.tag)].append(key)
+                    sleepers[("joined", op.tag.text)].append(key)
                     break
-            elif isinstance(op, Recv) and (op.peer, rank, op.tag) not in sent:
+            elif type(op) is Recv and (op.peer, rank, op.tag) not in sent:
                 sleepers[("sent", op.peer, rank, op.tag)].append(key)
                 break
             mine.add(op.label)
             if on_mine and op.label in on_mine:
                 ready.extend(on_mine.pop(op.label))
-            if isinstance(op, Send):
+            if type(op) is Send:
                 sent.add((rank, op.peer, op.tag))
                 if sleepers:
                     ready.extend(sleepers.pop(("sent", rank, op.peer, op.tag), ()))
@@ -293,7 +292,7 @@ def _blocker(op: Op, done: set[str], joined: dict, joins: Callable[[Collective],
     for dep in op.deps:
         if dep not in done:
             return dep
-    if isinstance(op, Collective) and len(joined[op.tag]) < len(joins(op)):
-        missing = [r for r in joins(op) if r not in joined[op.tag]]
+    if isinstance(op, Collective) and len(joined[op.tag.text]) < len(joins(op)):
+        missing = [r for r in joins(op) if r not in joined[op.tag.text]]
         return f"ranks {', '.join(map(str, missing))} to join {op.label}"
     return f"SEND {op.label[5:]} on rank {op.peer}" if isinstance(op, Recv) else "nothing it names"

@@ -5,6 +5,7 @@ notebook gets the same numbers as the CLI.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -230,9 +231,18 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
 
 def program_of(scenario: Scenario, exact: bool = False) -> Program:
     """The program `simulate` runs: the representatives' when the run is symmetric (and not
-    `exact`), else every rank's."""
+    `exact`), else every rank's. Built with the cyclic collector paused, as the engine runs: its
+    ops (hundreds of thousands on a big run) live to the end, and the collector would rescan
+    them again and again while they are made; then they are moved out of its sight (gc.freeze)."""
     symmetry = None if exact else symmetry_of(scenario)
-    return make_program(scenario, symmetry.representatives if symmetry is not None else None)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return make_program(scenario, symmetry.representatives if symmetry is not None else None)
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 def simulate(

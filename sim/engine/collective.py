@@ -14,9 +14,8 @@ from typing import Any
 import simpy
 
 from clustersim.schedules.ir import Collective
-from clustersim.schedules.tags import CollectiveTag
 from clustersim.sim.collectives.ops import unpack_pieces
-from clustersim.sim.engine.numerics import CollectiveNumerics, Numerics
+from clustersim.sim.engine.numerics import Numerics
 from clustersim.sim.engine.records import Span
 from clustersim.sim.engine.walkers import Ends, Walker, Walkers
 from clustersim.sim.scale.execution import Scale
@@ -25,14 +24,12 @@ _span = tuple.__new__  # a Span without the NamedTuple's Python-level __new__ (h
 
 
 class CollectiveHandler:
-    """Runs collectives; `meetings` maps a collective's tag to (inputs so far, its done event)."""
+    """Runs collectives; `meetings` maps a collective's label (its kind and tag, the same on every
+    member; a str, quick to hash) to (inputs so far, its done event)."""
 
     def __init__(self, env: simpy.Environment, walkers: Walkers, scale: Scale, numerics: Numerics | None):
-        self.env, self.walkers, self.scale = env, walkers, scale
-        self.numerics = numerics if isinstance(numerics, CollectiveNumerics) else None
-        # numerics that move no collective's buffers (a plain pipeline's) refuse the first collective
-        self.refused = type(numerics).__name__ if numerics is not None and self.numerics is None else None
-        self.meetings: dict[CollectiveTag, tuple[dict[int, object], simpy.Event]] = {}
+        self.env, self.walkers, self.scale, self.numerics = env, walkers, scale, numerics
+        self.meetings: dict[str, tuple[dict[int, object], simpy.Event]] = {}
 
     def bind(self, walker: Walker) -> Callable[[Collective, float], Ends]:
         """The handler of one walker's collectives."""
@@ -67,12 +64,10 @@ class CollectiveHandler:
 
     def _join(self, rank: int, op: Collective) -> simpy.Event:
         """Join the collective `op.tag`; the last member to arrive starts it."""
-        if self.refused is not None:
-            raise TypeError(f"{op.label}: {self.refused} moves no collective's buffers (numerics for a plain pipeline)")
-        inputs, done = self.meetings.setdefault(op.tag, ({}, self.env.event()))
+        inputs, done = self.meetings.setdefault(op.label, ({}, self.env.event()))
         inputs[rank] = self.numerics.collective_input(rank, op) if self.numerics is not None else None
         if len(inputs) == self.scale.in_person(op):  # all in: the meeting (and its buffers) is the group's now
-            del self.meetings[op.tag]
+            del self.meetings[op.label]
             self.env.process(self._run_group(op, inputs, done))
         return done
 

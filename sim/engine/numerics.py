@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from clustersim.schedules.ir import Collective, Compute, Recv, Send
 
@@ -17,12 +17,5 @@ class Numerics(Protocol):
     def work(self, rank: int, op: Compute) -> float: ...
     def send_payload(self, rank: int, op: Send) -> Any: ...
     def receive(self, rank: int, op: Recv, payload: Any) -> None: ...
-
-
-@runtime_checkable
-class CollectiveNumerics(Numerics, Protocol):
-    """Numerics of a program with collectives: each member's real buffer goes in, its result
-    comes out (a plain pipeline's numerics, sim.numerics.pipeline, has none to move)."""
-
     def collective_input(self, rank: int, op: Collective) -> Any: ...
     def collective_output(self, rank: int, op: Collective, result: Any) -> None: ...

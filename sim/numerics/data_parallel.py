@@ -138,7 +138,7 @@ class DataParallelNumerics:
                 self._stage(rank, op.stage).params,
                 self._names(rank, op.stage, "grads"),
             )
-        finished = replica.run_compute(rank, op)
+        finished = replica.advance(rank, op)
         if self.zero == 3 and op.phase in PIPELINE_PHASES and finished:
             self._keep_only_own_chunks(rank, op.stage)  # free the gathered weights
 
@@ -148,12 +148,12 @@ class DataParallelNumerics:
     def send_payload(self, rank: int, op: Send) -> np.ndarray:
         return self.replicas[self.replica_of[rank]].send_payload(rank, op)
 
-    def receive(self, rank: int, op: Recv, payload: np.ndarray) -> None:
+    def receive(self, rank: int, op: Recv, payload: object) -> None:
         self.replicas[self.replica_of[rank]].receive(rank, op, payload)
 
     def collective_input(self, rank: int, op: Collective) -> np.ndarray:
         if op.stream in (TP_STREAM, EP_STREAM):
-            return self.replicas[self.replica_of[rank]].tensor_parallel_input(rank, op)
+            return self.replicas[self.replica_of[rank]].collective_input(rank, op)
         tag = _data_parallel_tag(op)
         what = tag.gradient_set
         stage_model = self._stage(rank, tag.stage)
@@ -167,10 +167,12 @@ class DataParallelNumerics:
         chosen = [bounds[tag.bucket]] if isinstance(tag, ParamBucket) else bounds  # zero 3 gathers the whole stage
         return np.concatenate([weights[slice(*self._chunk(rank, what, lo, hi))] for lo, hi in chosen])
 
-    def collective_output(self, rank: int, op: Collective, result: np.ndarray) -> None:
-        if op.stream in (TP_STREAM, EP_STREAM):
-            self.replicas[self.replica_of[rank]].tensor_parallel_output(rank, op, result)
+    def collective_output(self, rank: int, op: Collective, result: object) -> None:
+        if op.stream in (TP_STREAM, EP_STREAM):  # the pipeline's own
+            self.replicas[self.replica_of[rank]].collective_output(rank, op, result)
             return
+        if not isinstance(result, np.ndarray):
+            raise TypeError(f"rank {rank}, {op.label}: the collective's result is not an array")
         tag = _data_parallel_tag(op)
         what = tag.gradient_set
         stage_model = self._stage(rank, tag.stage)

@@ -95,9 +95,13 @@ class PipelineNumerics:
             raise RuntimeError(f"rank {rank}, {op.label}: {what} {tag} used before it arrived")
         return store.pop(tag)
 
-    def run_compute(self, rank: int, op: Compute) -> bool:
+    def run_compute(self, rank: int, op: Compute) -> None:
         """Run F, B or OPT of `op.stage` (for `op.microbatch`) on `rank`'s store; for a piece of a
-        tensor-parallel op, run the op up to its next collective. True when the whole op is done."""
+        tensor-parallel op, run the op up to its next collective (`advance`)."""
+        self.advance(rank, op)
+
+    def advance(self, rank: int, op: Compute) -> bool:
+        """`run_compute`, saying whether the whole op is done (its last piece has run)."""
         s, mb = op.stage, op.microbatch
         if self.stage_to_rank.get(s) != rank:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} lives on rank {self.stage_to_rank.get(s)}")
@@ -124,7 +128,7 @@ class PipelineNumerics:
             dout = None if stage.is_last else self._take(rank, op, MessageTag(Phase.B, mb, s + 1), "gradient")
             run = stage.backward(mb, dout)
         else:
-            raise RuntimeError(f"rank {rank}, {op.label}: unknown phase {op.phase!r}")
+            raise RuntimeError(f"rank {rank}, {op.label}: the shadow model has no numerics for phase {op.phase}")
         if not self.in_pieces:  # `run` is the result
             self._keep(rank, op, run)
             return True
@@ -171,9 +175,10 @@ class PipelineNumerics:
         request = self.running[rank][2] if op.part is not None and rank in self.running else None
         return request[2] if request is not None and len(request) > 2 else 1.0
 
-    def tensor_parallel_input(self, rank: int, op: Collective) -> np.ndarray:
-        """This rank's input to the tensor-parallel collective `op`: what its op in progress asked
-        for, or (a GradSync) the replicated parameters' gradients to sum before the step."""
+    def collective_input(self, rank: int, op: Collective) -> np.ndarray:
+        """This rank's input to the tensor- or expert-parallel collective `op` (a pipeline's own):
+        what its op in progress asked for, or (a GradSync) the replicated parameters' gradients to
+        sum before the step."""
         if isinstance(op.tag, GradSync):
             stage = self.stages[op.tag.stage]
             assert isinstance(stage, TensorParallelStage)  # a gradient sum needs a tensor-parallel group
@@ -189,9 +194,11 @@ class PipelineNumerics:
             )
         return request[1]
 
-    def tensor_parallel_output(self, rank: int, op: Collective, result: np.ndarray) -> None:
+    def collective_output(self, rank: int, op: Collective, result: object) -> None:
         """The collective's result: the answer the op's next piece resumes with; a gradient sum is
         written into the gradients at once."""
+        if not isinstance(result, np.ndarray):
+            raise TypeError(f"rank {rank}, {op.label}: the collective's result is not an array")
         if not isinstance(op.tag, GradSync):
             self.answers[rank] = result
             return
@@ -217,8 +224,10 @@ class PipelineNumerics:
             raise RuntimeError(f"rank {rank}, {op.label}: {MessageTag(*op.tag)} sent before it was computed")
         return store[op.tag]
 
-    def receive(self, rank: int, op: Recv, payload: np.ndarray) -> None:
-        """Deliver `payload` for `op` into `rank`'s store."""
+    def receive(self, rank: int, op: Recv, payload: object) -> None:
+        """Deliver `payload` (the array the matching Send carried) for `op` into `rank`'s store."""
+        if not isinstance(payload, np.ndarray):
+            raise TypeError(f"rank {rank}, {op.label}: the payload is not an array")
         store = self._rank_store(rank)
         if op.tag in store:
             raise RuntimeError(f"rank {rank}, {op.label}: {MessageTag(*op.tag)} received while an unused copy is held")

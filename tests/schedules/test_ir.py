@@ -2,8 +2,10 @@
 
 import pytest
 
-from clustersim.schedules.ir import Collective, Compute, Phase, Recv, Send
-from clustersim.schedules.pipeline import build_program, rank_order
+from clustersim.schedules.data_parallel import add_data_parallel
+from clustersim.schedules.ir import Collective, Compute, Phase, Program, Recv, Send
+from clustersim.schedules.layout import Layout
+from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
 from clustersim.schedules.tags import (
     ExpertPiece,
     GradBucket,
@@ -13,7 +15,9 @@ from clustersim.schedules.tags import (
     TensorPiece,
     parse_tag,
 )
+from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.text import format_op, parse_op, parse_program
+from clustersim.schedules.validate import validate
 
 
 @pytest.mark.parametrize(
@@ -70,6 +74,27 @@ def test_program_round_trips():
     prog = build_program(rank_order("1f1b", 3, 5), 5, {0: 0, 1: 1, 2: 2}, 128.0, lambda s: 1e9, lambda s: 2e9)
     again = parse_program(prog.to_text(), 3, 5, prog.stage_to_rank)
     assert again.ops == prog.ops
+
+
+@pytest.mark.parametrize("zero,ep", [(1, 2), (3, 1)])  # ZeRO 3 with ep > 1 is not modelled
+def test_a_program_with_every_kind_of_tag_round_trips(zero, ep):
+    """Pipeline, tensor (sequence) parallel, expert parallel and data parallel / ZeRO passes: every
+    tag they make prints and parses back to the same op."""
+    layout = Layout(dp=4, pp=2, tp=2, ep=ep)
+    pipeline = build_program(rank_order("1f1b", 2, 2), 2, stage_ranks(2), 64.0, lambda s: 1e9, lambda s: 2e9)
+    replicas = [pipeline.relabel(dict(enumerate(layout.pp_group(d, t)))) for d in range(4) for t in range(2)]
+    prog = add_tensor_parallel(
+        Program.merge(replicas),
+        layout,
+        TensorParallelPlan(lambda s: [True, False], sequence_parallel=True, recompute_full=False),
+        PieceCosts(lambda item, s: 1e6, 64.0, 8.0, lambda s: 16.0, alltoall_bytes=32.0, counts_bytes=8.0),
+    )
+    prog = add_data_parallel(prog, layout, lambda s: 1000.0, zero, 300.0, lambda s: 400.0 if ep > 1 else 0.0)
+    validate(prog)
+    kinds = {type(op.tag) for ops in prog.ops.values() for op in ops if isinstance(op, Collective)}
+    expected = {TensorPiece, GradSync, GradBucket} | ({ParamBucket, ExpertPiece} if zero < 3 else {ParamGather})
+    assert kinds == expected
+    assert parse_program(prog.to_text(), 2, 2, prog.stage_to_rank).ops == prog.ops
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from clustersim.schedules.ir import Compute, Recv, Send
-from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, stage_ranks
+from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, rank_order, stage_ranks
 from clustersim.schedules.validate import ProgramError, validate
 
 
@@ -43,6 +43,24 @@ def test_interleaved_rejects_microbatches_not_a_multiple_of_pp():
 def test_one_stage_per_rank_schedules_reject_virtual_chunks(kind):
     with pytest.raises(ValueError, match=rf"schedule '{kind}' runs one stage per rank: virtual must be 1, got 2"):
         rank_order(kind, 4, 8, 2)
+
+
+@pytest.mark.parametrize(
+    "kind,p,m,v,knob",
+    [("1f1b", 4, 8, 2, "virtual"), ("interleaved", 4, 6, 2, "microbatches"), ("interleaved", 4, 8, 0, "virtual")],
+)
+def test_a_schedules_sizes_rule_names_the_knob_at_fault(kind, p, m, v, knob):
+    with pytest.raises(ScheduleError) as caught:
+        SCHEDULES[kind].check(kind, p, m, v)
+    assert caught.value.knob == knob
+
+
+@pytest.mark.parametrize(
+    "kind,p,v,fewest", [("gpipe", 4, 1, 1), ("1f1b", 8, 1, 1), ("interleaved", 4, 1, 1), ("interleaved", 4, 2, 4)]
+)
+def test_fewest_microbatches_is_the_smallest_the_sizes_rule_accepts(kind, p, v, fewest):
+    assert SCHEDULES[kind].fewest_microbatches(kind, p, v) == fewest
+    validate(program(kind, p, fewest, v))
 
 
 def test_unknown_schedule_lists_the_valid_names():

@@ -9,6 +9,7 @@ import pytest
 import simpy
 
 from clustersim.schedules.ir import Collective, Compute, Program
+from clustersim.schedules.tags import GradBucket
 from clustersim.sim.engine import loop
 from clustersim.sim.engine.loop import DeadlockError, run_program
 from clustersim.sim.network.network import Network
@@ -60,7 +61,7 @@ def test_the_loop_fits_one_screen():
 def test_the_plain_scale_is_the_identity():
     network = Network(simpy.Environment(), switch(4, 1e9, 1e-6))
     scale = Scale(network)
-    op = Collective("all_reduce", "x", (0, 1, 2, 3), 1e6)
+    op = Collective("all_reduce", GradBucket(0, 0, 0), (0, 1, 2, 3), 1e6)
     assert scale.in_person(op) == 4
     assert scale.ahead(op) is None
     assert scale.groups(op) == [(0, 1, 2, 3)]
@@ -93,30 +94,7 @@ def test_a_symmetric_scale_refuses_numerics():
 
 
 def test_a_collective_missing_a_member_is_a_deadlock_that_names_it():
-    ops = {0: [Collective("all_reduce", "x", (0, 1), 1e6)], 1: [Compute("F", 0, 0, 1.0)]}
+    ops = {0: [Collective("all_reduce", GradBucket(0, 0, 0), (0, 1), 1e6)], 1: [Compute("F", 0, 0, 1.0)]}
     network = Network(simpy.Environment(), switch(2, 1e9, 0.0))
-    with pytest.raises(DeadlockError, match=r"rank 0 dp: ALL_REDUCE x waits for ranks 0, 1 to join"):
+    with pytest.raises(DeadlockError, match=r"rank 0 dp: ALL_REDUCE grads@0\.t0\.b0 waits for ranks 0, 1 to join"):
         run_program(Program(ops, 1, 1), network, compute_time_s=lambda op: op.flops)
-
-
-def test_numerics_that_move_no_collective_refuse_the_first_collective():
-    """A plain pipeline's numerics (sim.numerics.pipeline) has no collective buffers: a program with
-    a collective must fail loudly at it, not run the collective without its data."""
-
-    class PipelineOnly:
-        def run_compute(self, rank, op):
-            return None
-
-        def work(self, rank, op):
-            return 1.0
-
-        def send_payload(self, rank, op):
-            return None
-
-        def receive(self, rank, op, payload):
-            return None
-
-    ops = {r: [Collective("all_reduce", "x", (0, 1), 1e6)] for r in (0, 1)}
-    network = Network(simpy.Environment(), switch(2, 1e9, 0.0))
-    with pytest.raises(TypeError, match=r"ALL_REDUCE x: PipelineOnly moves no collective's buffers"):
-        run_program(Program(ops, 1, 1), network, compute_time_s=lambda op: op.flops, numerics=PipelineOnly())
