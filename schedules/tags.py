@@ -18,12 +18,13 @@ op text and the trace, and `parse_tag` reads it back (the IR's round trip, nothi
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class _Tag:
+class _Tag(ABC):
     """A tag's text, made once: every member of a group looks its collective up by tag, so
     equality and hash go by the text (which names the tag uniquely: `parse_tag` reads it back)."""
 
@@ -32,8 +33,9 @@ class _Tag:
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", self._format())
 
+    @abstractmethod
     def _format(self) -> str:
-        raise NotImplementedError
+        """The tag's text (each kind of tag says how it reads)."""
 
     def __str__(self) -> str:
         return self.text
