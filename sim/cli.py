@@ -17,10 +17,11 @@ from clustersim.sim.scenario.spec import key_flags
 
 
 def _run(args: argparse.Namespace) -> int:
+    from clustersim.sim.build import program_of
     from clustersim.sim.progress import op_progress
     from clustersim.sim.report import output_files, terminal_summary, write_outputs
     from clustersim.sim.results.memory import capacity_message
-    from clustersim.sim.run import program_of, simulate
+    from clustersim.sim.run import simulate
 
     scenario = load_scenario(args.scenario)
     program = program_of(scenario)
@@ -42,9 +43,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from clustersim.sim.build import program_of
     from clustersim.sim.compare import OUTPUT_FILES, default_dir, write_compare
     from clustersim.sim.progress import op_progress
-    from clustersim.sim.run import program_of, simulate
+    from clustersim.sim.run import simulate
 
     scenarios = [s for path in args.scenarios for s in load_scenarios(path)]  # every file checked before any run
     if len(scenarios) < 2:
@@ -165,7 +167,7 @@ def _topology(args: argparse.Namespace) -> int:
     import re
     import tempfile
 
-    from clustersim.sim.run import build_topology
+    from clustersim.sim.build import build_topology
     from clustersim.sim.views.topology import draw_topology
     from clustersim.topologies.schema import NODE_KINDS, TOPOLOGY
 

@@ -1,56 +1,33 @@
-"""One run, in explicit phases: build (topology, program, numerics), run (the engine), post-process
-(metrics into a summary). Writing files is sim.report's job; this module returns data only, so a
-notebook gets the same numbers as the CLI.
+"""One run, in explicit phases: build (sim.build: topology, program, numerics; sim.scale: the
+Scale and its network), run (the engine), post-process (metrics into a summary). Writing files is
+sim.report's job; this module returns data only, so a notebook gets the same numbers as the CLI.
 """
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
 
-from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
-from clustersim.schedules.ir import Compute, Program
-from clustersim.schedules.layout import Layout
-from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
-from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
-from clustersim.schedules.validate import validate
-from clustersim.sim.cost import compute as cost
-from clustersim.sim.cost.memory import activation_bytes_per_layer, model_state_bytes
-from clustersim.sim.cost.stages import (
-    alltoall_bytes,
-    expert_bytes,
-    partial_grad_params,
-    stage_forward_flops,
-    stage_layer_range,
-    stage_moe_layers,
-    stage_params,
-    tensor_parallel_item_flops,
-    weight_bytes,
+from clustersim.schedules.ir import Program
+from clustersim.sim.build import (
+    build_topology,
+    compute_time_fn,
+    make_numerics,
+    program_of,
+    replica_placements,
+    symmetry_of,
 )
+from clustersim.sim.cost.memory import activation_bytes_per_layer, model_state_bytes
+from clustersim.sim.cost.stages import stage_params, weight_bytes
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog
-from clustersim.sim.numerics.data_parallel import DataParallelNumerics
-from clustersim.sim.numerics.moe import MoEConfig
-from clustersim.sim.numerics.pipeline import PipelineNumerics
-from clustersim.sim.numerics.plan import Sharding, TrainingStep
-from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
 from clustersim.sim.results.stragglers import straggler_summary
 from clustersim.sim.results.summary import summarize
-from clustersim.sim.scale.execution import Symmetric, make_scale, members_held
-from clustersim.sim.scale.symmetry import Symmetry
+from clustersim.sim.scale.execution import Symmetric, make_scale
 from clustersim.sim.scenario.schema import Scenario
-from clustersim.topologies.kind import ReplicaBlocks, Shape
-from clustersim.topologies.registry import TOPOLOGIES
-
-
-def build_topology(scenario: Scenario) -> nx.DiGraph:
-    """The scenario's network graph, built by its kind (topologies.registry) from its keys."""
-    c = scenario.cluster
-    return TOPOLOGIES[c.topology.kind].build(c.topology, Shape(c.nodes, c.gpus_per_node))
 
 
 @dataclass(frozen=True)
@@ -63,186 +40,6 @@ class RunResult:
     log: EventLog
     memory: MemoryTimeline
     summary: dict
-
-
-def layout_of(scenario: Scenario) -> Layout:
-    p = scenario.parallel
-    return Layout(p.dp, p.pp, p.tp, tuple(p.order), p.ep)
-
-
-def pipelines_of(layout: Layout) -> list[tuple[int, ...]]:
-    """The ranks of every pipeline, one per (data-parallel replica, tensor-parallel shard)."""
-    return [layout.pp_group(d, t) for d in range(layout.dp) for t in range(layout.tp)]
-
-
-def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
-    """Stage -> rank for each pipeline: stage c x pp + r on the pipeline's r-th rank (chunk c of
-    v = parallel.virtual)."""
-    p = scenario.parallel
-    local = stage_ranks(p.pp, p.virtual)
-    return [{stage: ranks[r] for stage, r in local.items()} for ranks in pipelines_of(layout_of(scenario))]
-
-
-def make_program(scenario: Scenario, representatives: Collection[int] | None = None) -> Program:
-    """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
-    shard), then the tensor-parallel and the data-parallel / ZeRO collectives. `representatives`:
-    build only the pipelines of these ranks (a program of representatives, sim.symmetry)."""
-    p, m = scenario.parallel, scenario.model_spec
-    flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
-    layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
-    act_bytes = layer_act / p.tp if p.sequence_parallel else layer_act  # sequence parallel: each rank's shard
-    order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
-    t = scenario.training
-    redo = [
-        sum(
-            cost.model_layer_recompute_flops(m, t.micro_batch, i, t.recompute)
-            for i in stage_layer_range(scenario, stage)
-        )
-        / p.tp
-        for stage in range(p.num_stages)
-    ]
-    pipeline = build_program(
-        order,
-        scenario.num_microbatches,
-        stage_ranks(p.pp, p.virtual),
-        act_bytes,
-        forward_flops=lambda s: flops[s],
-        backward_flops=lambda s: 2 * flops[s] + redo[s],
-        optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM,
-    )
-    layout = layout_of(scenario)
-    replicas = [
-        pipeline.relabel(dict(enumerate(ranks)))
-        for ranks in pipelines_of(layout)
-        if representatives is None or ranks[0] in representatives
-    ]
-    moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
-    program = add_tensor_parallel(
-        Program.merge(replicas),
-        layout,
-        TensorParallelPlan(moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full"),
-        PieceCosts(
-            tensor_parallel_item_flops(scenario),
-            activation_bytes=layer_act,
-            loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
-            grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
-            alltoall_bytes=alltoall_bytes(scenario),
-            counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
-        ),
-    )
-    program = add_data_parallel(
-        program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
-    )
-    if representatives is None:
-        validate(program)
-    else:
-        validate(program, members_held(program))
-    return program
-
-
-def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
-    """Roofline: an op takes as long as the slower of its FLOPs and its memory traffic."""
-    gpu = scenario.gpu_spec
-    return lambda op: max(
-        cost.compute_time_s(op.flops, gpu.peak_flops, gpu.efficiency),
-        cost.memory_time_s(op.nbytes, gpu.hbm_bandwidth_Bps),
-    )
-
-
-def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics | None:
-    """The shadow model: the real layer count and stage split (pp x v stages), a tiny hidden size;
-    with dp > 1 one pipeline per replica on its slice of the batch, reduced through the real
-    collectives; with tp > 1 one pipeline per tensor-parallel rank, holding its shards."""
-    n, p = scenario.numerics, scenario.parallel
-    if not n.enabled:
-        return None
-    moe = scenario.model_spec.moe
-    cfg = ShadowConfig(
-        layers=scenario.model_spec.layers,
-        hidden=n.hidden,
-        heads=n.heads,
-        ffn=4 * n.hidden,
-        seq_len=n.seq_len,
-        vocab=n.vocab,
-        dtype=n.dtype,
-        # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised
-        # (Mixtral, GShard); one routing group per (replica, microbatch, tensor-parallel
-        # rank), as the run has: each of the tp ranks routes 1/tp of a microbatch's tokens
-        moe=MoEConfig(
-            moe.num_experts,
-            moe.top_k,
-            moe.capacity_factor,
-            moe.top_k > 1,
-            moe.shared_experts == 1,
-            _selection_bias(moe.num_experts, n.hot_expert_bias),
-            n.micro_batch * n.seq_len // p.tp,
-        )
-        if moe is not None
-        else None,
-        moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else (),
-    )
-    placements = replica_placements(scenario)
-    step = TrainingStep(
-        scenario.num_microbatches,
-        n.micro_batch,
-        n.seed,
-        n.optimizer,
-        n.lr,
-        recompute_full=scenario.training.recompute == "full",  # selective changes no arithmetic of the shadow
-    )
-    if p.dp == 1 and p.tp == 1:
-        return PipelineNumerics(cfg, placements[0], step)
-    experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
-    buckets = {
-        (what, s): len(bucket_sizes(size, p.bucket))
-        for s in range(p.num_stages)
-        for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))
-    }
-    return DataParallelNumerics(
-        cfg,
-        placements,
-        step,
-        p.zero if p.dp > 1 else 0,
-        buckets,
-        Sharding(tp=p.tp, sequence_parallel=p.sequence_parallel, ep=p.ep),
-    )
-
-
-def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ...] | None:
-    """numerics.hot_expert_bias on expert 0's routing score (a skewed router), None when 0."""
-    return (hot_expert_bias,) + (0.0,) * (num_experts - 1) if hot_expert_bias else None
-
-
-def symmetry_of(scenario: Scenario) -> Symmetry | None:
-    """The shifts under which this run looks the same from every image (sim.scale.symmetry), or
-    None: numerics must be off (every replica computes on its own data), there must be more than
-    one image, and the fabric must not tell images apart: its kind says which shifts of blocks of
-    ep replicas map it and its routes onto themselves (topologies.kind.TopologyKind.symmetry)."""
-    p, cluster = scenario.parallel, scenario.cluster
-    kind = TOPOLOGIES[cluster.topology.kind]
-    if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1 or kind.symmetry is None:
-        return None
-    blocks = ReplicaBlocks(
-        gpus=p.ep * p.pp * p.tp, count=p.dp // p.ep, tp=p.tp, contiguous=tuple(p.order) == ("dp", "pp", "tp")
-    )
-    step = kind.symmetry(cluster.topology, Shape(cluster.nodes, cluster.gpus_per_node), blocks)
-    return None if step is None else Symmetry(layout_of(scenario), step * p.ep)
-
-
-def program_of(scenario: Scenario, exact: bool = False) -> Program:
-    """The program `simulate` runs: the representatives' when the run is symmetric (and not
-    `exact`), else every rank's. Built with the cyclic collector paused, as the engine runs: its
-    ops (hundreds of thousands on a big run) live to the end, and the collector would rescan
-    them again and again while they are made; then they are moved out of its sight (gc.freeze)."""
-    symmetry = None if exact else symmetry_of(scenario)
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return make_program(scenario, symmetry.representatives if symmetry is not None else None)
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()
 
 
 def simulate(

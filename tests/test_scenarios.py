@@ -6,7 +6,8 @@ program of representatives is built and validated."""
 
 import pytest
 
-from clustersim.sim.run import make_program, simulate, symmetry_of
+from clustersim.sim.build import make_program, symmetry_of
+from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenarios
 
 from golden_summaries import BENCH_ONLY_GPUS, reduced

@@ -1,6 +1,6 @@
 """What each pipeline stage of a scenario holds, computes and moves, in numbers: its layers,
 parameters, FLOPs per work item, and the bytes of its weights, experts, partial gradients and
-all-to-all buffers. The program builder (sim.run) and the memory model read them from here.
+all-to-all buffers. The program builder (sim.build) and the memory model read them from here.
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
         parameter but embed.pos (layernorm g and b, attn.proj.b, mlp.proj.b, final_ln g and b), as
         they act on sequence chunks. The other EP ranks' experts are left out: this rank never
         runs them, so their gradients are zero here, and summing zeros would only cost bytes the
-        program's sum (sim.run.partial_grad_params: E/ep experts per layer) does not carry."""
+        program's sum (sim.cost.stages.partial_grad_params: E/ep experts per layer) does not carry."""
         own = (
             {f"expert{e}" for e in experts_of_rank(self.ep_rank, self.cfg.moe.num_experts, self.ep)}
             if self.cfg.moe

@@ -7,8 +7,9 @@ import pytest
 
 from clustersim.schedules.ir import Collective
 from clustersim.schedules.tags import GradBucket, GradSync
+from clustersim.sim.build import make_program
 from clustersim.sim.collectives.run import time_collective
-from clustersim.sim.run import make_program, simulate
+from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
 
 SCENARIO = """

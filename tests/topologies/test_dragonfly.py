@@ -5,8 +5,9 @@ deterministic; scenarios, specs and the CLI reach it."""
 import numpy as np
 import pytest
 
+from clustersim.sim.build import build_topology
 from clustersim.sim.cli import main
-from clustersim.sim.run import build_topology, simulate
+from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
 from clustersim.sim.scenario.schema import ScenarioError
 from clustersim.sim.scenario.spec import parse_spec

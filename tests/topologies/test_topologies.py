@@ -10,8 +10,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from clustersim.sim.build import build_topology
 from clustersim.sim.cli import main
-from clustersim.sim.run import build_topology
 from clustersim.sim.scenario.loader import load_scenario_text
 from clustersim.sim.scenario.schema import ScenarioError
 from clustersim.sim.scenario.spec import parse_spec
@@ -480,11 +480,11 @@ def scenario_text(kind_or_topology: str, nodes=None, gpus_per_node=None, out="ru
 
 
 def test_run_and_cli_never_name_a_kind():
-    """The kinds are the registry's business: sim/run.py and sim/cli.py hold no kind's name."""
+    """The kinds are the registry's business: sim/build.py, sim/run.py and sim/cli.py hold no kind's name."""
     import ast
 
     root = ROOT / "sim"
-    for module in ("run.py", "cli.py"):
+    for module in ("build.py", "run.py", "cli.py"):
         tree = ast.parse((root / module).read_text())
         named = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)} & set(TOPOLOGIES)
         assert not named, f"sim/{module} names topology kinds {sorted(named)}"

@@ -10,10 +10,11 @@ import simpy
 
 from clustersim.schedules.ir import Collective, Compute, Program
 from clustersim.schedules.tags import GradBucket
+from clustersim.sim.build import build_topology, make_program, symmetry_of
 from clustersim.sim.engine import loop
 from clustersim.sim.engine.loop import DeadlockError, run_program
 from clustersim.sim.network.network import Network
-from clustersim.sim.run import build_topology, make_program, simulate, symmetry_of
+from clustersim.sim.run import simulate
 from clustersim.sim.scale.execution import Scale, Symmetric, make_scale
 from clustersim.sim.scenario.loader import load_scenario
 from clustersim.topologies.switch import switch

@@ -5,9 +5,10 @@ scenarios (64-128 GPUs; dense and MoE; fat trees and a torus) where the shortcut
 import numpy as np
 import pytest
 
+from clustersim.sim.build import symmetry_of
 from clustersim.sim.report import terminal_summary
 from clustersim.sim.results.links import hottest_links, utilisation_matrix
-from clustersim.sim.run import simulate, symmetry_of
+from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
 
 from symmetric_cases import CASES, SCENARIO, scenario
