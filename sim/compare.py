@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from clustersim.sim.report import output_folder
+from clustersim.sim.folder import output_folder
 from clustersim.sim.results.breakdown import (
     EXPOSED_KINDS,
     alltoall_busbw_GBps,
@@ -93,11 +93,11 @@ def default_dir(names: list[str]) -> Path:
 
 
 def write_compare(results: list[RunResult], out_dir: Path) -> tuple[Path, str]:
-    """Write compare.json, compare.md and compare.png, all or nothing (sim.report.output_folder);
+    """Write compare.json, compare.md and compare.png, all or nothing (sim.folder.output_folder);
     return the folder and the table."""
     rows = [compare_row(r) for r in results]
     table = markdown(rows)
-    with output_folder(out_dir) as tmp:
+    with output_folder(out_dir, kind="compare") as tmp:
         (tmp / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
         (tmp / "compare.md").write_text(table)
         from clustersim.sim.views.compare import plot_compare  # matplotlib only when drawing

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
-import tempfile
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 from clustersim.schedules.ir import PIPELINE_PHASES
+from clustersim.sim.folder import output_folder
 from clustersim.sim.results.links import link_stats
 from clustersim.sim.results.memory import capacity_message
 from clustersim.sim.results.table import format_table
@@ -37,7 +37,8 @@ def write_outputs(
     trace.json and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
-    end, so a failure never leaves a half-written run folder behind. matplotlib is imported only
+    end (sim.folder.output_folder: only over a previous run's folder), so a failure never leaves a
+    half-written run folder behind. matplotlib is imported only
     when plots are drawn, so a batch run (plots off) never loads it.
     """
     with output_folder(out_dir) as tmp, _beside(partial(_write_plots, result, tmp) if plots else None):
@@ -66,7 +67,7 @@ def _beside(work: Callable[[], None] | None) -> Iterator[None]:
         work()
         yield
         return
-    child = multiprocessing.get_context("fork").Process(target=work, daemon=True)
+    child = multiprocessing.get_context("fork").Process(target=_quietly, args=(work,), daemon=True)
     child.start()
     try:
         yield
@@ -77,6 +78,14 @@ def _beside(work: Callable[[], None] | None) -> Iterator[None]:
     child.join()
     if child.exitcode != 0:
         raise RuntimeError(f"drawing the plots failed (exit code {child.exitcode}; the child's traceback is above)")
+
+
+def _quietly(work: Callable[[], None]) -> None:
+    """The child's body: Ctrl-C reaches the whole process group, but only the parent answers it
+    (it stops the child with SIGTERM, which ends the child at once, with no traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    work()
 
 
 def _gantt_ranks(result: RunResult) -> list[int] | None:
@@ -117,23 +126,6 @@ def _write_plots(result: RunResult, tmp: Path) -> None:
         f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})",
     )
     plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
-
-
-@contextmanager
-def output_folder(out_dir: str | Path) -> Iterator[Path]:
-    """A fresh hidden sibling of `out_dir` to write into; moved into place (replacing `out_dir`)
-    when the block ends, removed if it raises: a run's folder is complete or absent, never half."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        yield tmp
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def moe_routing_line(s: dict) -> str | None:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from clustersim.sim.cli import main
+from clustersim.sim.folder import MARKER
 
 from repo import ROOT
 
@@ -305,5 +306,5 @@ def test_a_batch_run_writes_only_the_summary_and_never_imports_matplotlib(tmp_pa
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "clustersim.sim.run" in imported  # the listing is the one we think it is
     assert not [m for m in imported if m.startswith("matplotlib")]
-    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "summary.json"]
     assert "wrote" in proc.stdout and "summary.json" in proc.stdout.splitlines()[-1]

@@ -480,11 +480,11 @@ def scenario_text(kind_or_topology: str, nodes=None, gpus_per_node=None, out="ru
 
 
 def test_run_and_cli_never_name_a_kind():
-    """The kinds are the registry's business: sim/build.py, sim/run.py and sim/cli.py hold no kind's name."""
+    """The kinds are the registry's business: sim/build.py, sim/run.py and the CLI hold no kind's name."""
     import ast
 
     root = ROOT / "sim"
-    for module in ("build.py", "run.py", "cli.py"):
+    for module in ("build.py", "run.py", "cli.py", "cli_fabric.py"):
         tree = ast.parse((root / module).read_text())
         named = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)} & set(TOPOLOGIES)
         assert not named, f"sim/{module} names topology kinds {sorted(named)}"
@@ -585,17 +585,20 @@ def test_scenario_rejects_a_topology_that_does_not_fit(topology, nodes, path, re
 # --- drawing --------------------------------------------------------------------------------------
 
 
-def test_clustersim_topology_writes_a_png_and_prints_counts(tmp_path, capsys):
+def test_clustersim_topology_writes_a_png_and_prints_counts(tmp_path, capsys, monkeypatch):
+    """The default PNG goes to runs/topology/<name>.png, in no run's folder (a run into the
+    scenario's folder must not find a file it did not write there)."""
+    monkeypatch.chdir(tmp_path)
     path = tmp_path / "s.yaml"
     path.write_text(scenario_text("fattree", out=tmp_path / "run"))
     assert main(["topology", str(path)]) == 0
-    png = tmp_path / "run" / "topology.png"
+    png = tmp_path / "runs" / "topology" / "topo.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     # 2 nodes x 2 GPUs: a leaf per rail, 2 spines; links 3 per GPU + 2 leaves x 2 spines
     assert "topo: 14 nodes (4 gpu, 2 nvswitch, 4 nic, 2 leaf, 2 spine), 16 links (32 directed edges)" in out
     assert main(["topology", "torus:4x4", "-o", str(tmp_path / "t.png")]) == 0
-    assert (tmp_path / "t.png").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run", "s.yaml", "t.png"]
+    assert (tmp_path / "t.png").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["runs", "s.yaml", "t.png"]
 
 
 def test_clustersim_topology_bad_spec_is_one_line_exit_2(tmp_path, capsys):

@@ -8,6 +8,7 @@ import pytest
 
 from clustersim.sim.cli import main
 from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.folder import MARKER
 from clustersim.sim.results.breakdown import EXPOSED_KINDS, alltoall_busbw_GBps, message_departures, step_breakdown
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
@@ -160,7 +161,7 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
     out = capsys.readouterr().out
     assert main(["compare", "a.yaml", "b.yaml"]) == 0  # the default folder
     second = tmp_path / "runs" / "compare-small-switch-vs-small-ring"
-    names = ["compare.json", "compare.md", "compare.png"]
+    names = sorted([MARKER, "compare.json", "compare.md", "compare.png"])
     assert sorted(p.name for p in (tmp_path / "first").iterdir()) == sorted(p.name for p in second.iterdir()) == names
     for name in names:
         assert (tmp_path / "first" / name).read_bytes() == (second / name).read_bytes(), name

@@ -9,6 +9,7 @@ import pytest
 
 from clustersim.sim.cli import main
 from clustersim.sim.engine.records import EventLog, Span
+from clustersim.sim.folder import MARKER
 from clustersim.sim.network.records import FlowSpan
 from clustersim.sim.report import OUTPUT_FILES, terminal_summary
 from clustersim.sim.results.breakdown import step_breakdown
@@ -147,7 +148,7 @@ def test_dense_run_has_no_alltoall_share_and_still_writes_traffic_png(tmp_path, 
     path = tmp_path / "dense.yaml"
     path.write_text(DENSE)
     assert main(["run", str(path), "-o", str(tmp_path / "out")]) == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(OUTPUT_FILES)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([MARKER, *OUTPUT_FILES])
     assert "traffic.png" in OUTPUT_FILES
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["alltoall_time_share"] == 0.0
