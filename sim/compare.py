@@ -39,6 +39,9 @@ def compare_row(result: RunResult) -> dict:
         "mfu": s["mfu"],
         "hottest_links": s["hottest_links"][:HOTTEST],
         "alltoall_busbw_GBps": alltoall_busbw_GBps(result.log, alltoall_sizes(result.program)),
+        "memory_peak_bytes": max(peak["total"] for peak in s["memory_peak_bytes_per_rank"].values()),
+        "memory_capacity_bytes": s["memory_capacity_bytes"],
+        "fits": not s["memory_over_capacity_ranks"],
     }
 
 
@@ -59,6 +62,7 @@ def markdown(rows: list[dict]) -> str:
         f"bubble ({unit})",
         "MFU (%)",
         "all-to-all busbw (GB/s)",
+        "peak memory (GiB)",
     ]
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     for r in rows:
@@ -69,23 +73,36 @@ def markdown(rows: list[dict]) -> str:
             *(f"{v * scale:.3f}".replace("-0.000", "0.000") for v in times),
             f"{100 * r['mfu']:.1f}",
             "-" if busbw is None else f"{busbw:.1f}",
+            f"{r['memory_peak_bytes'] / 2**30:.1f}" + ("" if r["fits"] else " (does not fit)"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + faster_line(rows, unit, scale) + "\n"
 
 
 def faster_line(rows: list[dict], unit: str, scale: float) -> str:
-    """'A is the fastest: 1.25x faster than B (8.000 ms vs 10.000 ms)'; ratio = slower step / faster step."""
-    fast = min(rows, key=lambda r: r["step_time_s"])  # the first listed wins a tie
-    others = [r for r in rows if r is not fast]
+    """'A is the fastest: 1.25x faster than B (8.000 ms vs 10.000 ms)'; ratio = slower step / faster
+    step. Only scenarios that fit in their GPUs' memory are ranked; the others are named as such."""
+    fitting = [r for r in rows if r["fits"]]
+    left_out = [
+        f"{r['name']} does not fit ({r['memory_peak_bytes'] / 2**30:.1f} GiB peak > "
+        f"{r['memory_capacity_bytes'] / 2**30:.1f} GiB) and is not ranked"
+        for r in rows
+        if not r["fits"]
+    ]
+    if not fitting:
+        return "No scenario fits in memory: " + "; ".join(left_out)
+    fast = min(fitting, key=lambda r: r["step_time_s"])  # the first listed wins a tie
     parts = [
         f"{r['step_time_s'] / fast['step_time_s']:.2f}x faster than {r['name']} "
         f"({fast['step_time_s'] * scale:.3f} {unit} vs {r['step_time_s'] * scale:.3f} {unit})"
         if fast["step_time_s"] > 0
         else f"no slower than {r['name']}"
-        for r in others
+        for r in fitting
+        if r is not fast
     ]
-    return f"**{fast['name']}** is the fastest: " + "; ".join(parts)
+    line = f"**{fast['name']}** is the fastest" + (" of those that fit" if left_out else "")
+    line += (": " + "; ".join(parts) if parts else "") + "."
+    return line + ("" if not left_out else " " + "; ".join(left_out) + ".")
 
 
 def default_dir(names: list[str]) -> Path:

@@ -41,7 +41,7 @@ def plot_compare(rows: list[dict], path: str | Path, kinds: list[str], hottest: 
         label = part if part in ("compute", "bubble") else f"exposed {part}"
         left.bar(x, values, 0.6, bottom=bottom, color=COLOURS.get(part, "#999999"), label=label)
         bottom += values
-    left.set_xticks(x, [r["name"] for r in rows], fontsize=8)
+    left.set_xticks(x, [r["name"] + ("" if r["fits"] else "\n(does not fit)") for r in rows], fontsize=8)
     left.set_ylabel(f"mean per rank ({unit})")
     left.set_title("where the step goes", fontsize=10)
     left.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.06), ncols=3, frameon=False)
@@ -54,7 +54,7 @@ def plot_compare(rows: list[dict], path: str | Path, kinds: list[str], hottest: 
             right.text(xj, pct + 1.0, f"{link['link']} {pct:.0f}%", rotation=90, ha="center", va="bottom", fontsize=7)
         if not r["hottest_links"]:
             right.text(i, 1.0, "no traffic", rotation=90, ha="center", va="bottom", fontsize=7)
-    right.set_xticks(x, [r["name"] for r in rows], fontsize=8)
+    right.set_xticks(x, [r["name"] + ("" if r["fits"] else "\n(does not fit)") for r in rows], fontsize=8)
     right.set_xlim(-0.6, len(rows) - 0.4)
     right.set_ylim(0, 125)  # room for the labels above a fully used link
     right.set_ylabel("utilisation over the step (%)")

@@ -179,6 +179,9 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
         "mfu",
         "hottest_links",
         "alltoall_busbw_GBps",
+        "memory_peak_bytes",
+        "memory_capacity_bytes",
+        "fits",
     ]
     for r in rows:
         assert abs(r["compute_s"] + r["bubble_s"] + sum(r["exposed_comm_s"].values()) - r["step_time_s"]) <= 1e-9
@@ -210,3 +213,23 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"clustersim: error: {field}"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml", "good.yaml"]
+
+
+def test_a_strategy_that_does_not_fit_is_marked_and_not_ranked():
+    """The faster scenario on GPUs of 1 GiB runs out of memory: the table says so beside its peak,
+    and the slower one that fits is named the fastest of those that fit."""
+    from clustersim.sim.compare import compare_row, markdown
+
+    tight = SWITCH.replace("  gpu: A100-SXM-80GB\n", "  gpu: A100-SXM-80GB\n  gpu_overrides: {memory: 1GiB}\n")
+    results = [simulate(load_scenario_text(text, "c.yaml")) for text in (tight, RING)]
+    rows = [compare_row(r) for r in results]
+    assert rows[0]["step_time_s"] < rows[1]["step_time_s"]  # it would win on time alone
+    assert [r["fits"] for r in rows] == [False, True]
+    assert rows[0]["memory_peak_bytes"] > rows[0]["memory_capacity_bytes"] == 2**30
+    assert rows[0]["memory_peak_bytes"] == max(
+        peak["total"] for peak in results[0].summary["memory_peak_bytes_per_rank"].values()
+    )
+    table = markdown(rows)
+    assert f"| {rows[0]['memory_peak_bytes'] / 2**30:.1f} (does not fit) |" in table
+    assert "**small-ring** is the fastest of those that fit." in table
+    assert "small-switch does not fit" in table and "and is not ranked" in table
