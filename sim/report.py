@@ -13,6 +13,7 @@ from pathlib import Path
 
 from clustersim.schedules.ir import PIPELINE_PHASES
 from clustersim.sim.folder import output_folder
+from clustersim.sim.results.csv_tables import csv_text, link_rows, rank_rows
 from clustersim.sim.results.links import link_stats
 from clustersim.sim.results.memory import capacity_message
 from clustersim.sim.results.table import format_table
@@ -21,11 +22,21 @@ from clustersim.sim.run import RunResult
 
 GANTT_MAX_RANKS = 32
 PLOTS = ("gantt.png", "links.png", "memory.png", "traffic.png")
-OUTPUT_FILES = ("summary.json", "gantt.png", "trace.json", "links.png", "memory.png", "traffic.png", "program.txt")
+OUTPUT_FILES = (
+    "summary.json",
+    "ranks.csv",
+    "links.csv",
+    "gantt.png",
+    "trace.json",
+    "links.png",
+    "memory.png",
+    "traffic.png",
+    "program.txt",
+)
 
 
 def output_files(plots: bool = True, trace: bool = True, program: bool = True) -> tuple[str, ...]:
-    """The files a run writes, in OUTPUT_FILES order: summary.json always, the rest when asked."""
+    """The files a run writes, in OUTPUT_FILES order: summary.json and the CSV tables always, the rest when asked."""
     skipped = (() if plots else PLOTS) + (() if trace else ("trace.json",)) + (() if program else ("program.txt",))
     return tuple(name for name in OUTPUT_FILES if name not in skipped)
 
@@ -33,8 +44,8 @@ def output_files(plots: bool = True, trace: bool = True, program: bool = True) -
 def write_outputs(
     result: RunResult, out_dir: Path, plots: bool = True, trace: bool = True, program: bool = True
 ) -> Path:
-    """Write summary.json and, unless switched off, the plots (gantt, links, memory, traffic PNGs),
-    trace.json and program.txt.
+    """Write summary.json, ranks.csv and links.csv and, unless switched off, the plots (gantt,
+    links, memory, traffic PNGs), trace.json and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
     end (sim.folder.output_folder: only over a previous run's folder), so a failure never leaves a
@@ -43,6 +54,8 @@ def write_outputs(
     """
     with output_folder(out_dir) as tmp, _beside(partial(_write_plots, result, tmp) if plots else None):
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
+        (tmp / "ranks.csv").write_text(csv_text(rank_rows(result.summary)))
+        (tmp / "links.csv").write_text(csv_text(link_rows(link_stats(result.log))))
         if trace:
             write_trace(
                 result.log,

@@ -286,8 +286,8 @@ def test_schema_is_json_with_every_section(capsys):
     assert {"cluster", "model", "training", "parallel", "schedule", "numerics", "output"} <= set(schema["properties"])
 
 
-def test_a_batch_run_writes_only_the_summary_and_never_imports_matplotlib(tmp_path):
-    """`run --no-plots --no-trace --no-program`: summary.json alone, and `-X importtime` (which
+def test_a_batch_run_writes_only_the_summary_and_tables_and_never_imports_matplotlib(tmp_path):
+    """`run --no-plots --no-trace --no-program`: summary.json and the CSV tables alone, and `-X importtime` (which
     lists every module the process imported) shows no matplotlib."""
     out = tmp_path / "out"
     cmd = [
@@ -306,5 +306,5 @@ def test_a_batch_run_writes_only_the_summary_and_never_imports_matplotlib(tmp_pa
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
     assert "clustersim.sim.run" in imported  # the listing is the one we think it is
     assert not [m for m in imported if m.startswith("matplotlib")]
-    assert sorted(p.name for p in out.iterdir()) == [MARKER, "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "links.csv", "ranks.csv", "summary.json"]
     assert "wrote" in proc.stdout and "summary.json" in proc.stdout.splitlines()[-1]

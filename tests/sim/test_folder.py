@@ -71,7 +71,13 @@ def test_a_previous_runs_folder_is_replaced(out_dir, capsys):
     assert main(["run", str(QUICKSTART), "-o", str(out_dir), "--no-plots", "--no-trace"]) == 0
     (out_dir / "stale.txt").write_text("from an older run")  # inside a run folder: clustersim's to replace
     assert main(["run", str(QUICKSTART), "-o", str(out_dir), "--no-plots", "--no-trace"]) == 0
-    assert sorted(p.name for p in out_dir.iterdir()) == [MARKER, "program.txt", "summary.json"]
+    assert sorted(p.name for p in out_dir.iterdir()) == [
+        MARKER,
+        "links.csv",
+        "program.txt",
+        "ranks.csv",
+        "summary.json",
+    ]
     assert sorted(p.name for p in out_dir.parent.iterdir()) == ["out"]
 
 

@@ -1,0 +1,56 @@
+"""ranks.csv and links.csv: the per-rank and per-link figures of a run as flat tables, for
+spreadsheets and pandas. Pure functions of summary.json and the network's link statistics."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from clustersim.sim.network.records import LinkStats
+from clustersim.sim.results.memory import CATEGORIES
+
+
+def rank_rows(summary: dict) -> list[dict[str, object]]:
+    """One row per rank: its bubble ratio, peak in-flight microbatches, memory peak by category
+    (bytes) and bytes sent per stream (0 where a rank sends nothing on a stream)."""
+    memory, sent = summary["memory_peak_bytes_per_rank"], summary["comm_bytes_sent_per_rank"]
+    streams = sorted({stream for per_rank in sent.values() for stream in per_rank})
+    return [
+        {
+            "rank": rank,
+            "bubble_ratio": bubble,
+            "peak_inflight_microbatches": inflight,
+            **{f"memory_{c}_bytes": memory[str(rank)][c] for c in (*CATEGORIES, "total")},
+            **{f"sent_{stream}_bytes": sent.get(str(rank), {}).get(stream, 0.0) for stream in streams},
+        }
+        for rank, (bubble, inflight) in enumerate(
+            zip(summary["bubble_ratio_per_rank"], summary["peak_inflight_microbatches_per_rank"])
+        )
+    ]
+
+
+def link_rows(stats: LinkStats) -> list[dict[str, object]]:
+    """One row per link that carried bytes, by link id: its name, bandwidth, bytes, busy time,
+    utilisation (bytes / (bandwidth x step time)) and most flows at once."""
+    return [
+        {
+            "link": stats.names[link],
+            "bandwidth_Bps": float(stats.capacity_Bps[link]),
+            "bytes": float(stats.bytes[link]),
+            "busy_s": float(stats.busy_s[link]),
+            "utilisation": float(stats.utilisation[link]),
+            "peak_flows": int(stats.peak_flows[link]),
+        }
+        for link in range(len(stats.names))
+        if stats.bytes[link] > 0
+    ]
+
+
+def csv_text(rows: list[dict[str, object]]) -> str:
+    """The rows as CSV with a header (floats as Python writes them, so they read back exactly)."""
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
