@@ -4,6 +4,10 @@
 
 The models and their rules live in sim.scenario.schema; this module only reads files, parses YAML
 strictly (duplicate keys are errors; '1e-3' is a float) and words the first error for a person.
+
+Guards, before anything is built from the text: at most MAX_TEXT_CHARS characters, nesting at
+most MAX_DEPTH deep, and at most MAX_NODES values once every alias is expanded (a "billion laughs"
+file is refused from its few lines, never expanded), no alias that contains itself.
 """
 
 from __future__ import annotations
@@ -17,14 +21,35 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
+from clustersim.sim.scenario.errors import FieldError, ScenarioError, clip, key_text, show_value
 from clustersim.sim.scenario.presets import MODELS
 from clustersim.sim.scenario.schema import Scenario
 from clustersim.sim.scenario.topology import drop_kind_tag
 
+MAX_TEXT_CHARS = 2**20  # a scenario is a page or two; 1 MiB is far beyond any real one
+MAX_DEPTH = 64  # nesting of mappings and lists; real scenarios nest 4 deep
+MAX_NODES = 100_000  # values with aliases expanded; real scenarios have a few hundred
+
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads YAML 1.2 floats ('1e-3' is a float)."""
+    """SafeLoader that rejects duplicate keys, reads YAML 1.2 floats ('1e-3' is a float), and
+    refuses nesting deeper than MAX_DEPTH and documents of more than MAX_NODES expanded values."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expanded_size(node)
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
@@ -46,6 +71,41 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+def _check_expanded_size(root: yaml.Node) -> None:
+    """The number of values `root` holds with every alias expanded, counted on the node graph (an
+    alias is the same node object again, so this takes time in the distinct nodes, not the expanded
+    ones): over MAX_NODES, or an alias inside itself, is a YAML error at the offending node."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:  # recursion depth <= MAX_DEPTH (compose_node's guard)
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.composer.ComposerError(
+                None, None, "an alias refers to a value that contains it", node.start_mark
+            )
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        if total > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"more than {MAX_NODES:,} values once aliases are expanded (a scenario has a few hundred)",
+                node.start_mark,
+            )
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file. Any problem is a one-line ScenarioError."""
     return load_scenario_text(_read(path), str(path))
@@ -58,10 +118,11 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
 
 def _read(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:  # noqa: PTH123 (a bounded read)
+            return file.read(MAX_TEXT_CHARS + 1)  # _parse refuses what is longer
     except FileNotFoundError:
         raise ScenarioError(path, "-", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL byte in the path
         reason = getattr(exc, "strerror", None) or exc
         raise ScenarioError(path, "-", f"cannot read: {reason}") from None
 
@@ -100,14 +161,15 @@ def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
         for dotted, value in variant.items():
             if dotted == "name":
                 continue
-            *parents, leaf = str(dotted).split(".")
+            *parents, leaf = key_text(dotted).split(".")
             node = copy
             for key in parents:
                 if not isinstance(node.get(key, {}), dict):
                     raise ScenarioError(filename, f"{where}.{dotted}", f"'{key}' is not a section")
                 node = node.setdefault(key, {})
             node[leaf] = value
-        copy["name"] = f"{data.get('name', 'scenario')}-{variant['name']}"
+        base = data.get("name", "scenario")
+        copy["name"] = f"{base}-{variant['name']}" if isinstance(base, str) else base  # a bad name: reported
         scenarios.append(_validate(copy, f"{filename} ({where}: {variant['name']})"))
     return scenarios
 
@@ -122,10 +184,15 @@ def parse_yaml_value(text: str) -> Any:
 
 
 def _parse(text: str, filename: str) -> dict:
+    if len(text) > MAX_TEXT_CHARS:
+        reason = f"more than {MAX_TEXT_CHARS:,} characters; a scenario is a page or two of YAML"
+        raise ScenarioError(filename, "-", reason)
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ScenarioError(filename, "-", _yaml_reason(exc)) from None
+    except (ValueError, OverflowError) as exc:  # PyYAML building a scalar: a date 2024-13-45, a 5,000-digit int
+        raise ScenarioError(filename, "-", f"invalid YAML: a value cannot be read: {clip(str(exc))}") from None
     if not isinstance(data, dict):
         got = "an empty file" if data is None else show_value(data)
         sections = ", ".join(_keys(Scenario))
@@ -191,14 +258,14 @@ def translate(error: ErrorDetails) -> tuple[str, str]:
     cause = ctx.get("error")
     if isinstance(cause, FieldError):
         loc = loc + cause.subpath
-    path = ".".join(str(part) for part in loc) or "-"
+    path = ".".join(key_text(part) for part in loc) or "-"
     if kind == "extra_forbidden":
         section = _section_at(loc[:-1])
         keys = _keys(section) if section else []
         allowed = f" (allowed: {', '.join(keys)})" if keys else ""
-        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        close = difflib.get_close_matches(key_text(loc[-1]), keys, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        return path, f"unknown key '{loc[-1]}'{allowed}{hint}"
+        return path, f"unknown key '{key_text(loc[-1])}'{allowed}{hint}"
     if kind == "invalid_key":
         return path, f"keys must be strings, got {show_value(loc[-1])}"
     if kind == "missing":
@@ -209,7 +276,12 @@ def translate(error: ErrorDetails) -> tuple[str, str]:
         return path, f"expected {_EXPECTED[kind]}, got {show_value(error['input'])}"
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()))
-        return path, f"must be {_BOUNDS[kind]} {bound:g}, got {show_value(error['input'])}"
+        shown = f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+        return path, f"must be {_BOUNDS[kind]} {shown}, got {show_value(error['input'])}"
+    if kind == "string_too_long":
+        return path, f"at most {ctx['max_length']:,} characters, got {len(error['input']):,}"
+    if kind == "finite_number":
+        return path, f"must be a finite number, got {show_value(error['input'])}"
     if kind == "value_error" and cause is not None:
         return path, str(cause)
     return path, error["msg"]
