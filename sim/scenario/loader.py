@@ -193,12 +193,31 @@ def _parse(text: str, filename: str) -> dict:
         raise ScenarioError(filename, "-", _yaml_reason(exc)) from None
     except (ValueError, OverflowError) as exc:  # PyYAML building a scalar: a date 2024-13-45, a 5,000-digit int
         raise ScenarioError(filename, "-", f"invalid YAML: a value cannot be read: {clip(str(exc))}") from None
+    _check_strings(data, filename, ())
     if not isinstance(data, dict):
         got = "an empty file" if data is None else show_value(data)
         sections = ", ".join(_keys(Scenario))
         reason = f"top level must be a mapping with keys {sections}; got {got}"
         raise ScenarioError(filename, "-", reason)
     return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_strings(value: Any, filename: str, path: tuple) -> None:
+    """No string (key or value) holds a lone surrogate: YAML's "\\ud800" escape reads as one, and
+    it is not text (pydantic, JSON and the file system all refuse it)."""
+    if isinstance(value, str) and _SURROGATE.search(value):
+        where = ".".join(key_text(part) for part in path) or "-"
+        raise ScenarioError(filename, where, f"{show_value(value)} holds a lone surrogate, which is not text")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, filename, path)
+            _check_strings(item, filename, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_strings(item, filename, (*path, i))
 
 
 def _validate(data: dict, filename: str) -> Scenario:

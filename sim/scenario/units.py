@@ -52,7 +52,10 @@ def _plain_number(value: object, kind: str, example: str) -> float | None:
         raise ValueError(f"{show_value(value)} is not {kind}; expected e.g. '{example}'")
     if isinstance(value, str):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
     if not math.isfinite(number):
         raise ValueError(f"{show_value(value)} is not {kind}: it must be finite")
     return number

@@ -87,6 +87,13 @@ def test_rejects_a_file_of_more_than_a_mebibyte(tmp_path):
         load_scenario(huge)
 
 
+def test_rejects_a_lone_surrogate():
+    """Found by the fuzz test: "\\ud800" reads as a str pydantic cannot encode (UnicodeEncodeError)."""
+    rejected(
+        swap("name: quickstart", 'name: "q\\ud800"'), "name", r"'q\\ud800' holds a lone surrogate, which is not text$"
+    )
+
+
 # --- huge integers (OverflowError, MemoryError) -----------------------------------------------
 
 
@@ -121,6 +128,12 @@ def test_rejects_a_file_of_more_than_a_mebibyte(tmp_path):
 )
 def test_rejects_huge_integers_with_the_bound(old, new, path, reason):
     rejected(swap(old, new), path, reason)
+
+
+def test_rejects_an_integer_beyond_any_float_in_a_unit_field():
+    """Found by the fuzz test: float(10**400) raised OverflowError inside the unit parser."""
+    text = swap("link_latency: 1us", "link_latency: 1" + "0" * 400)
+    rejected(text, "cluster.topology.link_latency", r"an integer of about 400 digits is not a time: it must be finite$")
 
 
 def test_rejects_an_integer_too_long_to_read():
@@ -223,6 +236,14 @@ def test_rejects_a_huge_topology_count():
 )
 def test_rejects_infinite_and_absurd_floats(old, new, path, reason):
     rejected(swap(old, new), path, reason)
+
+
+def test_rejects_an_integer_beyond_any_float_among_topology_keys():
+    """Found by the fuzz test: math.isfinite(10**400) raised OverflowError."""
+    text = swap("kind: switch", "kind: torus").replace(
+        "  link_latency: 1us", "  link_latency: 1us\n    axes: [1" + "0" * 400 + "]"
+    )
+    rejected(text, "cluster.topology.axes", r"must be <= 1,048,576, got an integer of about 400 digits$")
 
 
 def test_rejects_an_infinite_topology_ratio():
