@@ -3,11 +3,8 @@
     scenario = load_scenario("scenarios/quickstart.yaml")
 
 The models and their rules live in sim.scenario.schema; this module only reads files, parses YAML
-strictly (duplicate keys are errors; '1e-3' is a float) and words the first error for a person.
-
-Guards, before anything is built from the text: at most MAX_TEXT_CHARS characters, nesting at
-most MAX_DEPTH deep, and at most MAX_NODES values once every alias is expanded (a "billion laughs"
-file is refused from its few lines, never expanded), no alias that contains itself.
+strictly and within bounds (sim.scenario.strict_yaml: duplicate keys are errors, '1e-3' is a float;
+nesting depth, alias-expanded size and text length are limited) and words the first error for a person.
 """
 
 from __future__ import annotations
@@ -24,86 +21,8 @@ from pydantic_core import ErrorDetails
 from clustersim.sim.scenario.errors import FieldError, ScenarioError, clip, key_text, show_value
 from clustersim.sim.scenario.presets import MODELS
 from clustersim.sim.scenario.schema import Scenario
+from clustersim.sim.scenario.strict_yaml import MAX_TEXT_CHARS, StrictLoader
 from clustersim.sim.scenario.topology import drop_kind_tag
-
-MAX_TEXT_CHARS = 2**20  # a scenario is a page or two; 1 MiB is far beyond any real one
-MAX_DEPTH = 64  # nesting of mappings and lists; real scenarios nest 4 deep
-MAX_NODES = 100_000  # values with aliases expanded; real scenarios have a few hundred
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys, reads YAML 1.2 floats ('1e-3' is a float), and
-    refuses nesting deeper than MAX_DEPTH and documents of more than MAX_NODES expanded values."""
-
-    _depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        _check_expanded_size(node)
-        return super().construct_document(node)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
-            seen.add(key if isinstance(key, str) else id(key_node))
-        return super().construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
-        r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"
-    ),
-    list("-+0123456789."),
-)
-
-
-def _check_expanded_size(root: yaml.Node) -> None:
-    """The number of values `root` holds with every alias expanded, counted on the node graph (an
-    alias is the same node object again, so this takes time in the distinct nodes, not the expanded
-    ones): over MAX_NODES, or an alias inside itself, is a YAML error at the offending node."""
-    sizes: dict[int, int] = {}
-    open_nodes: set[int] = set()
-
-    def size(node: yaml.Node) -> int:  # recursion depth <= MAX_DEPTH (compose_node's guard)
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in open_nodes:
-            raise yaml.composer.ComposerError(
-                None, None, "an alias refers to a value that contains it", node.start_mark
-            )
-        open_nodes.add(key)
-        total = 1
-        if isinstance(node, yaml.SequenceNode):
-            total += sum(size(child) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total += sum(size(k) + size(v) for k, v in node.value)
-        if total > MAX_NODES:
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                f"more than {MAX_NODES:,} values once aliases are expanded (a scenario has a few hundred)",
-                node.start_mark,
-            )
-        open_nodes.discard(key)
-        sizes[key] = total
-        return total
-
-    size(root)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -157,7 +76,7 @@ def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
         where = f"variants[{i}]"
         if not isinstance(variant, dict) or not isinstance(variant.get("name"), str):
             raise ScenarioError(filename, where, "each variant is a mapping with a name and dotted-path overrides")
-        copy = yaml.load(yaml.safe_dump(data), Loader=_StrictLoader)  # noqa: S506 (a deep copy)
+        copy = yaml.load(yaml.safe_dump(data), Loader=StrictLoader)  # noqa: S506 (a deep copy)
         for dotted, value in variant.items():
             if dotted == "name":
                 continue
@@ -178,7 +97,7 @@ def parse_yaml_value(text: str) -> Any:
     """One value as a scenario file reads it ("8" -> 8, "1e-3" -> 0.001, "[4, 4]" -> a list; a
     unit string such as "100GB/s" stays a string), for command-line options; bad YAML stays text."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError:
         return text
 
@@ -188,7 +107,7 @@ def _parse(text: str, filename: str) -> dict:
         reason = f"more than {MAX_TEXT_CHARS:,} characters; a scenario is a page or two of YAML"
         raise ScenarioError(filename, "-", reason)
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ScenarioError(filename, "-", _yaml_reason(exc)) from None
     except (ValueError, OverflowError) as exc:  # PyYAML building a scalar: a date 2024-13-45, a 5,000-digit int

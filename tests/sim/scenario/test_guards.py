@@ -8,9 +8,10 @@ import time
 import pytest
 
 from clustersim.sim.cli import main
-from clustersim.sim.scenario.loader import MAX_DEPTH, load_scenario, load_scenario_text, load_variants_text
+from clustersim.sim.scenario.loader import load_scenario, load_scenario_text, load_variants_text
 from clustersim.sim.scenario.schema import ScenarioError
 from clustersim.sim.scenario.spec import SpecError, parse_spec
+from clustersim.sim.scenario.strict_yaml import MAX_DEPTH
 
 from repo import QUICKSTART
 
