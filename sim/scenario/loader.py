@@ -3,7 +3,8 @@
     scenario = load_scenario("scenarios/quickstart.yaml")
 
 The models and their rules live in sim.scenario.schema; this module only reads files, parses YAML
-strictly (duplicate keys are errors; '1e-3' is a float) and words the first error for a person.
+strictly and within bounds (sim.scenario.strict_yaml: duplicate keys are errors, '1e-3' is a float;
+nesting depth, alias-expanded size and text length are limited) and words the first error for a person.
 """
 
 from __future__ import annotations
@@ -17,33 +18,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
+from clustersim.sim.scenario.errors import FieldError, ScenarioError, clip, key_text, show_value
 from clustersim.sim.scenario.presets import MODELS
 from clustersim.sim.scenario.schema import Scenario
+from clustersim.sim.scenario.strict_yaml import MAX_TEXT_CHARS, StrictLoader
 from clustersim.sim.scenario.topology import drop_kind_tag
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads YAML 1.2 floats ('1e-3' is a float)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}'", key_node.start_mark)
-            seen.add(key if isinstance(key, str) else id(key_node))
-        return super().construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+"
-        r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?|\.(?:inf|Inf|INF))$|^\.(?:nan|NaN|NAN)$"
-    ),
-    list("-+0123456789."),
-)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -58,10 +37,11 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
 
 def _read(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:  # noqa: PTH123 (a bounded read)
+            return file.read(MAX_TEXT_CHARS + 1)  # _parse refuses what is longer
     except FileNotFoundError:
         raise ScenarioError(path, "-", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL byte in the path
         reason = getattr(exc, "strerror", None) or exc
         raise ScenarioError(path, "-", f"cannot read: {reason}") from None
 
@@ -96,18 +76,19 @@ def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
         where = f"variants[{i}]"
         if not isinstance(variant, dict) or not isinstance(variant.get("name"), str):
             raise ScenarioError(filename, where, "each variant is a mapping with a name and dotted-path overrides")
-        copy = yaml.load(yaml.safe_dump(data), Loader=_StrictLoader)  # noqa: S506 (a deep copy)
+        copy = yaml.load(yaml.safe_dump(data), Loader=StrictLoader)  # noqa: S506 (a deep copy)
         for dotted, value in variant.items():
             if dotted == "name":
                 continue
-            *parents, leaf = str(dotted).split(".")
+            *parents, leaf = key_text(dotted).split(".")
             node = copy
             for key in parents:
                 if not isinstance(node.get(key, {}), dict):
                     raise ScenarioError(filename, f"{where}.{dotted}", f"'{key}' is not a section")
                 node = node.setdefault(key, {})
             node[leaf] = value
-        copy["name"] = f"{data.get('name', 'scenario')}-{variant['name']}"
+        base = data.get("name", "scenario")
+        copy["name"] = f"{base}-{variant['name']}" if isinstance(base, str) else base  # a bad name: reported
         scenarios.append(_validate(copy, f"{filename} ({where}: {variant['name']})"))
     return scenarios
 
@@ -116,22 +97,46 @@ def parse_yaml_value(text: str) -> Any:
     """One value as a scenario file reads it ("8" -> 8, "1e-3" -> 0.001, "[4, 4]" -> a list; a
     unit string such as "100GB/s" stays a string), for command-line options; bad YAML stays text."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError:
         return text
 
 
 def _parse(text: str, filename: str) -> dict:
+    if len(text) > MAX_TEXT_CHARS:
+        reason = f"more than {MAX_TEXT_CHARS:,} characters; a scenario is a page or two of YAML"
+        raise ScenarioError(filename, "-", reason)
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ScenarioError(filename, "-", _yaml_reason(exc)) from None
+    except (ValueError, OverflowError) as exc:  # PyYAML building a scalar: a date 2024-13-45, a 5,000-digit int
+        raise ScenarioError(filename, "-", f"invalid YAML: a value cannot be read: {clip(str(exc))}") from None
+    _check_strings(data, filename, ())
     if not isinstance(data, dict):
         got = "an empty file" if data is None else show_value(data)
         sections = ", ".join(_keys(Scenario))
         reason = f"top level must be a mapping with keys {sections}; got {got}"
         raise ScenarioError(filename, "-", reason)
     return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_strings(value: Any, filename: str, path: tuple) -> None:
+    """No string (key or value) holds a lone surrogate: YAML's "\\ud800" escape reads as one, and
+    it is not text (pydantic, JSON and the file system all refuse it)."""
+    if isinstance(value, str) and _SURROGATE.search(value):
+        where = ".".join(key_text(part) for part in path) or "-"
+        raise ScenarioError(filename, where, f"{show_value(value)} holds a lone surrogate, which is not text")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, filename, path)
+            _check_strings(item, filename, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_strings(item, filename, (*path, i))
 
 
 def _validate(data: dict, filename: str) -> Scenario:
@@ -191,14 +196,14 @@ def translate(error: ErrorDetails) -> tuple[str, str]:
     cause = ctx.get("error")
     if isinstance(cause, FieldError):
         loc = loc + cause.subpath
-    path = ".".join(str(part) for part in loc) or "-"
+    path = ".".join(key_text(part) for part in loc) or "-"
     if kind == "extra_forbidden":
         section = _section_at(loc[:-1])
         keys = _keys(section) if section else []
         allowed = f" (allowed: {', '.join(keys)})" if keys else ""
-        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        close = difflib.get_close_matches(key_text(loc[-1]), keys, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        return path, f"unknown key '{loc[-1]}'{allowed}{hint}"
+        return path, f"unknown key '{key_text(loc[-1])}'{allowed}{hint}"
     if kind == "invalid_key":
         return path, f"keys must be strings, got {show_value(loc[-1])}"
     if kind == "missing":
@@ -209,7 +214,12 @@ def translate(error: ErrorDetails) -> tuple[str, str]:
         return path, f"expected {_EXPECTED[kind]}, got {show_value(error['input'])}"
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()))
-        return path, f"must be {_BOUNDS[kind]} {bound:g}, got {show_value(error['input'])}"
+        shown = f"{bound:,}" if isinstance(bound, int) else f"{bound:g}"
+        return path, f"must be {_BOUNDS[kind]} {shown}, got {show_value(error['input'])}"
+    if kind == "string_too_long":
+        return path, f"at most {ctx['max_length']:,} characters, got {len(error['input']):,}"
+    if kind == "finite_number":
+        return path, f"must be a finite number, got {show_value(error['input'])}"
     if kind == "value_error" and cause is not None:
         return path, str(cause)
     return path, error["msg"]

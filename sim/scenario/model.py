@@ -11,23 +11,38 @@ from clustersim.sim.scenario.errors import FieldError
 from clustersim.sim.scenario.fields import Section, finite, is_int
 from clustersim.sim.scenario.presets import MODELS, ModelSpec, MoESpec
 
+# Sane maxima (STYLE habit 6): far above any published model, low enough that the FLOP and byte
+# counts built from them stay exact and finite.
+MAX_LAYERS = 100_000
+MAX_WIDTH = 2**20  # hidden, heads, ffn, expert_ffn
+MAX_SEQ_LEN = 2**24
+MAX_VOCAB = 2**24
+MAX_EXPERTS = 2**16
+MAX_CAPACITY_FACTOR = 1000.0
+
 
 class MoESection(Section):
     """Mixture-of-Experts MLP (sim.presets.MoESpec): layer i is an MoE layer when i >= first_dense
     and i % every == every - 1; the other layers keep the dense MLP of width model.ffn. With a
     preset, the keys given override the preset's one by one (`moe: null` makes the model dense)."""
 
-    num_experts: int = Field(alias="experts", gt=0, description="routed experts per MoE layer")
-    top_k: int = Field(gt=0, description="routed experts each token goes to (<= experts)")
-    capacity_factor: Annotated[float, Field(gt=0), AfterValidator(finite)] | None = Field(
-        None,
-        description="expert buffer = ceil(factor x tokens x top_k / experts) rows, tokens past it "
-        "are dropped; null (default): no dropping",
+    num_experts: int = Field(alias="experts", gt=0, le=MAX_EXPERTS, description="routed experts per MoE layer")
+    top_k: int = Field(gt=0, le=MAX_EXPERTS, description="routed experts each token goes to (<= experts)")
+    capacity_factor: Annotated[float, Field(gt=0), AfterValidator(finite), Field(le=MAX_CAPACITY_FACTOR)] | None = (
+        Field(
+            None,
+            description="expert buffer = ceil(factor x tokens x top_k / experts) rows, tokens past it "
+            "are dropped; null (default): no dropping",
+        )
     )
-    every: int = Field(1, gt=0, description="MoE in every n-th layer: layers i with i % every == every - 1")
-    first_dense: int = Field(0, ge=0, description="this many first layers stay dense (DeepSeek-V3: 3)")
-    expert_ffn: int = Field(gt=0, description="each expert's MLP width (default model.ffn)")
-    shared_experts: int = Field(0, ge=0, description="always-on experts of width expert_ffn (DeepSeekMoE)")
+    every: int = Field(
+        1, gt=0, le=MAX_LAYERS, description="MoE in every n-th layer: layers i with i % every == every - 1"
+    )
+    first_dense: int = Field(0, ge=0, le=MAX_LAYERS, description="this many first layers stay dense (DeepSeek-V3: 3)")
+    expert_ffn: int = Field(gt=0, le=MAX_WIDTH, description="each expert's MLP width (default model.ffn)")
+    shared_experts: int = Field(
+        0, ge=0, le=MAX_EXPERTS, description="always-on experts of width expert_ffn (DeepSeekMoE)"
+    )
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> MoESection:
@@ -61,12 +76,12 @@ class ModelSection(Section):
     model_config = ConfigDict(json_schema_extra=lambda schema, cls: schema.pop("required", None))
 
     preset: str | None = Field(None, json_schema_extra={"enum": [*MODELS, None]})
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    ffn: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
-    vocab: int = Field(gt=0)
+    layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden: int = Field(gt=0, le=MAX_WIDTH)
+    heads: int = Field(gt=0, le=MAX_WIDTH)
+    ffn: int = Field(gt=0, le=MAX_WIDTH)
+    seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
+    vocab: int = Field(gt=0, le=MAX_VOCAB)
     gated_mlp: bool = False
     moe: MoESection | None = None
 

@@ -41,6 +41,7 @@ __all__ = ["Scenario", "ScenarioError", "FieldError", "show_value", "scenario_js
 
 SCHEDULE_NAMES = tuple(SCHEDULES)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+MAX_NAME_CHARS = 100  # it names a folder (runs/<name>) and files; file systems stop at 255 bytes
 if TYPE_CHECKING:
     ScheduleName = str
 else:
@@ -50,7 +51,7 @@ else:
 class Scenario(Section):
     """A validated scenario. Sections are frozen; derived values are properties."""
 
-    name: str = Field(json_schema_extra={"pattern": NAME_PATTERN})
+    name: str = Field(max_length=MAX_NAME_CHARS, json_schema_extra={"pattern": NAME_PATTERN})
     cluster: ClusterSection
     model: ModelSection
     training: TrainingSection
@@ -63,7 +64,9 @@ class Scenario(Section):
     @classmethod
     def _name_is_a_folder_name(cls, value: str) -> str:
         if not re.match(NAME_PATTERN, value):
-            raise ValueError(f"'{value}' is not a valid name: use only letters, digits, '_', '.', '-'")
+            raise ValueError(f"{show_value(value)} is not a valid name: use only letters, digits, '_', '.', '-'")
+        if value in (".", ".."):
+            raise ValueError(f"'{value}' is not a valid name: it names a folder that already exists")
         return value
 
     @model_validator(mode="after")

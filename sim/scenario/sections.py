@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from clustersim.sim.cost.memory import RECOMPUTE_MODES
-from clustersim.sim.scenario.errors import FieldError
+from clustersim.sim.scenario.errors import FieldError, show_value
 from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
 from clustersim.sim.scenario.topology import TopologySection
 from clustersim.topologies.kind import FitError, Shape
 from clustersim.topologies.registry import TOPOLOGIES
+
+# Sane maxima (STYLE habit 6: every number bounded, the bound in the message). Far above any real
+# run, low enough that products of them stay exact integers and finite floats.
+MAX_NODES = 2**20
+MAX_GPUS_PER_NODE = 2**16
+MAX_GLOBAL_BATCH = 2**40
+MAX_DEGREE = 2**20  # pp, tp, dp, ep
+MAX_VIRTUAL = 1024
+MAX_SHADOW_SIZE = 4096  # the shadow model is computed in numpy: small by design
+MAX_LR = 100.0
+MAX_BIAS = 1e6
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
+MAX_NAME_BYTES = 255  # one folder name (NAME_MAX)
 
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 NUMERICS_DTYPES = ("float64", "float32")
@@ -38,14 +52,14 @@ class GpuOverrides(Section):
     peak_flops: Flops | None = None
     memory_bytes: Bytes | None = Field(None, alias="memory")
     hbm_bandwidth_Bps: Bandwidth | None = Field(None, alias="hbm_bandwidth")
-    efficiency: float | None = Field(None, gt=0, le=1)
+    efficiency: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
 
 
 class ClusterSection(Section):
     gpu: GpuName
     gpu_overrides: GpuOverrides = GpuOverrides()
-    nodes: int = Field(1, gt=0)
-    gpus_per_node: int = Field(gt=0)
+    nodes: int = Field(1, gt=0, le=MAX_NODES)
+    gpus_per_node: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
     topology: TopologySection
 
     @property
@@ -69,8 +83,8 @@ class ClusterSection(Section):
 
 
 class TrainingSection(Section):
-    global_batch: int = Field(gt=0, description="sequences per optimizer step")
-    micro_batch: int = Field(gt=0, description="sequences per microbatch")
+    global_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
+    micro_batch: int = Field(gt=0, le=MAX_GLOBAL_BATCH, description="sequences per microbatch")
     dtype: Dtype = "bf16"
     recompute: Recompute = Field(
         "none",
@@ -84,15 +98,15 @@ class TrainingSection(Section):
 
 
 class ParallelSection(Section):
-    pp: int = Field(1, gt=0, description="pipeline-parallel stages")
-    tp: int = Field(1, gt=0, description="tensor-parallel ranks (Megatron column/row split)")
+    pp: int = Field(1, gt=0, le=MAX_DEGREE, description="pipeline-parallel stages")
+    tp: int = Field(1, gt=0, le=MAX_DEGREE, description="tensor-parallel ranks (Megatron column/row split)")
     sequence_parallel: bool = Field(
         False,
         description="split layernorm/dropout regions along the sequence: "
         "all-reduces become reduce-scatter + all-gather",
     )
-    dp: int = Field(1, gt=0, description="data-parallel replicas")
-    virtual: int = Field(1, gt=0, description="virtual pipeline chunks per rank (interleaved schedule)")
+    dp: int = Field(1, gt=0, le=MAX_DEGREE, description="data-parallel replicas")
+    virtual: int = Field(1, gt=0, le=MAX_VIRTUAL, description="virtual pipeline chunks per rank (interleaved schedule)")
     zero: int = Field(
         0,
         ge=0,
@@ -106,6 +120,7 @@ class ParallelSection(Section):
     ep: int = Field(
         1,
         gt=0,
+        le=MAX_DEGREE,
         description="expert-parallel degree: each MoE layer's experts are spread over ep "
         "ranks carved out of the data-parallel group (ep divides dp and "
         "model.moe.experts); each tensor-parallel rank holds its experts whole and routes "
@@ -133,18 +148,19 @@ class NumericsSection(Section):
     """The small shadow model really computed in numpy to prove the strategy correct."""
 
     enabled: bool = True
-    hidden: int = Field(16, gt=0)
-    heads: int = Field(2, gt=0)
-    seq_len: int = Field(8, gt=0)
-    vocab: int = Field(32, gt=0)
-    micro_batch: int = Field(2, gt=0, description="shadow rows per microbatch")
-    seed: int = Field(0, ge=0)
+    hidden: int = Field(16, gt=0, le=MAX_SHADOW_SIZE)
+    heads: int = Field(2, gt=0, le=MAX_SHADOW_SIZE)
+    seq_len: int = Field(8, gt=0, le=MAX_SHADOW_SIZE)
+    vocab: int = Field(32, gt=0, le=MAX_SHADOW_SIZE)
+    micro_batch: int = Field(2, gt=0, le=MAX_SHADOW_SIZE, description="shadow rows per microbatch")
+    seed: int = Field(0, ge=0, le=2**63 - 1)
     dtype: NumericsDtype = "float64"
     optimizer: OptimizerName = "adam"
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(1e-3, gt=0, le=MAX_LR, allow_inf_nan=False)
     hot_expert_bias: float = Field(
         0.0,
         ge=0,
+        le=MAX_BIAS,
         allow_inf_nan=False,
         description=(
             "added to expert 0's routing score when choosing experts (not to its weight): a skewed "
@@ -160,4 +176,17 @@ class NumericsSection(Section):
 
 
 class OutputSection(Section):
-    dir: str | None = Field(None, description="output folder (default runs/<name>)")
+    dir: str | None = Field(None, max_length=MAX_PATH_CHARS, description="output folder (default runs/<name>)")
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_is_a_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("must name a folder, got an empty string")
+        if "\x00" in value:
+            raise ValueError(f"contains a NUL byte (\\x00), which no file system allows: {show_value(value)}")
+        if any(len(part.encode()) > MAX_NAME_BYTES for part in PurePath(value).parts):
+            raise ValueError(f"has a folder name longer than {MAX_NAME_BYTES} bytes, which file systems refuse")
+        return value

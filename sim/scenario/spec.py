@@ -8,7 +8,8 @@
     parse_spec("ring:8,link_bandwidth=25GB/s")    any YAML key of the kind, units and all
 
 `kind[:size][,key=value...]`: the size part is the kind's (topologies.kind.SpecForm), the options
-are its YAML keys (or their SI attribute names, `link_bandwidth_Bps=1e11`) and the cluster's
+are its YAML keys (or their SI attribute names, `link_bandwidth_Bps=1e11`: a bare number is SI only
+under a name that says its unit; `link_bandwidth=300` is an error) and the cluster's
 `nodes` and `gpus_per_node`; a value reads as a YAML scalar. `keys` given to parse_spec override
 the spec's (the CLI's flags); the kind's spec defaults fill what neither gives. Every mistake is a
 SpecError naming the spec and the key.
@@ -24,11 +25,12 @@ from pydantic import ValidationError
 from clustersim.sim.scenario.errors import FieldError
 from clustersim.sim.scenario.loader import parse_yaml_value, translate
 from clustersim.sim.scenario.topology import SECTIONS, check_keys
-from clustersim.topologies.kind import FitError, Shape, TopologyKind
+from clustersim.topologies.kind import FitError, Quantity, Shape, TopologyKind
 from clustersim.topologies.registry import TOPOLOGIES
 from clustersim.topologies.schema import check_schema
 
 SHAPE_KEYS = ("nodes", "gpus_per_node")
+SI_UNITS = {"bandwidth": "B/s", "seconds": "s"}  # topologies.kind.Quantity unit -> its SI unit string
 
 
 class SpecError(ValueError):
@@ -74,7 +76,9 @@ def split_spec(spec: str) -> tuple[TopologyKind, dict[str, Any]]:
 def build_from_options(spec: str, kind: TopologyKind, options: dict[str, Any]) -> nx.DiGraph:
     """Validate `options` as the kind's scenario section (plus the cluster's shape) and build."""
     names = {name: field.alias for name, field in kind.keys.model_fields.items() if field.alias}
-    values = {names.get(key, key): value for key, value in {**kind.spec.defaults, **options}.items()}
+    defaults = {key: _with_si_unit(kind, key, value) for key, value in kind.spec.defaults.items()}
+    given = {key: _with_si_unit(kind, key, value) if key in names else value for key, value in options.items()}
+    values = {names.get(key, key): value for key, value in {**defaults, **given}.items()}
     nodes, gpus_per_node = values.pop("nodes", 1), values.pop("gpus_per_node", None)
     for key, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -101,6 +105,17 @@ def build_from_options(spec: str, kind: TopologyKind, options: dict[str, Any]) -
     except (TypeError, ValueError) as exc:
         raise SpecError(spec, str(exc)) from None
     return graph
+
+
+def _with_si_unit(kind: TopologyKind, key: str, value: Any) -> Any:
+    """A bare number under an SI attribute name (`link_bandwidth_Bps=1e11`, whose name says the
+    unit), or a kind's SI default, as a unit string the YAML key's parser reads ('1e+11B/s')."""
+    fields = {name: field for name, field in kind.keys.model_fields.items()}
+    fields.update({field.alias: field for field in kind.keys.model_fields.values() if field.alias})
+    quantity = next((m for m in fields[key].metadata if isinstance(m, Quantity)), None) if key in fields else None
+    if quantity is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return f"{float(value)!r}{SI_UNITS[quantity.unit]}"
 
 
 def key_flags() -> dict[str, str]:

@@ -11,17 +11,19 @@ strings and flags (sim.scenario.spec), so the flags are the YAML keys.
 from __future__ import annotations
 
 import difflib
+import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, Field, create_model
 from pydantic.fields import FieldInfo
 
-from clustersim.sim.scenario.errors import FieldError, show_value
+from clustersim.sim.scenario.errors import FieldError, key_text, show_value
 from clustersim.sim.scenario.fields import UNITS
 from clustersim.topologies.kind import Keys, Quantity, TopologyKind
 from clustersim.topologies.registry import TOPOLOGIES
 
 DEFAULT_KIND = "switch"
+MAX_NUMBER = 2**20  # any count or ratio among a kind's keys (a radix, an axis, an oversubscription)
 
 # The keys summary.json's resolved topology listed (null where a kind has no such key) before each
 # kind had its own model; kept so summaries saved before then still compare equal, number for number.
@@ -83,15 +85,30 @@ def check_keys(data: Any) -> Any:
     for key in data:
         if key == "kind" or key in takes:
             continue
+        name = key_text(key)
         if key in ALL_KEYS:
-            raise FieldError(str(key), f"not used by topology kind '{kind}' (it takes: {', '.join(takes)})")
-        close = difflib.get_close_matches(str(key), takes, n=1)
+            raise FieldError(name, f"not used by topology kind '{kind}' (it takes: {', '.join(takes)})")
+        close = difflib.get_close_matches(name, takes, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise FieldError(str(key), f"unknown key '{key}' (allowed: kind, {', '.join(takes)}){hint}")
+        raise FieldError(name, f"unknown key '{name}' (allowed: kind, {', '.join(takes)}){hint}")
     for name, field in model.model_fields.items():
         if field.is_required() and (field.alias or name) not in data:
             raise FieldError(field.alias or name, f"required for topology kind '{kind}'")
+        if _yaml_field(field) is None:  # a plain number (a unit string is bounded by its parser)
+            _check_plain_numbers(field.alias or name, data.get(field.alias or name))
     return data
+
+
+def _check_plain_numbers(key: str, value: Any) -> None:
+    """A count or a ratio (leaf_radix, axes, oversubscription, ...): finite and <= MAX_NUMBER, so a
+    builder never sees 1e30 or inf (the kind's own model says > 0 and the like)."""
+    for number in value if isinstance(value, list) else [value]:
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            continue  # the kind's model says what it expected
+        if isinstance(number, float) and not math.isfinite(number):  # (math.isfinite(10**400) raises)
+            raise FieldError(key, f"must be a finite number, got {show_value(number)}")
+        if abs(number) > MAX_NUMBER:
+            raise FieldError(key, f"must be <= {MAX_NUMBER:,}, got {show_value(number)}")
 
 
 # The type of cluster.topology: one section per kind, chosen by `kind` (to a type checker: any of them).

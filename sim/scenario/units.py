@@ -6,14 +6,17 @@ Inside clustersim every quantity is SI: bytes, bytes/s, seconds, FLOP/s. Users w
 Prefixes: decimal k/K M G T P (E for FLOP/s) = 10^3, 10^6, ...; binary Ki Mi Gi Ti Pi =
 2^10, 2^20, ... Case matters for the base unit: "B" is a byte, "b" is a bit (bits / 8 = bytes),
 so "25Gb/s" = 25e9 / 8 = 3.125e9 bytes/s. A plain number (int, float, or a string such as
-"4096") is taken as already SI. Every parser raises ValueError with the text and an example
-of what it expected.
+"4096") is taken as already SI for a size or a compute rate; a bandwidth or a time must carry its
+unit ("300" alone is an error, not 300 bytes/s; only a time of 0 needs none). Every parser raises
+ValueError with the text (cut to a few dozen characters) and an example of what it expected.
 """
 
 from __future__ import annotations
 
 import math
 import re
+
+from clustersim.sim.scenario.errors import show_value
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -25,8 +28,9 @@ _PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "
 
 _PREFIX = r"(?P<prefix>Ki|Mi|Gi|Ti|Pi|[kKMGTP]?)"
 _BYTES_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb]?)$")
-_BANDWIDTH_RE = re.compile(rf"^{_NUMBER}\s*(?:{_PREFIX}(?P<base>[Bb])(?:/s|ps))?$")
-_TIME_RE = re.compile(rf"^{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|\u03bcs|ns|ps)?$")
+_BANDWIDTH_RE = re.compile(rf"^{_NUMBER}\s*{_PREFIX}(?P<base>[Bb])(?:/s|ps)$")
+_TIME_RE = re.compile(rf"^{_NUMBER}\s*(?P<unit>s|ms|us|\u00b5s|\u03bcs|ns|ps)$|^[+-]?0+(?:\.0*)?$")
+_PLAIN_NUMBER_RE = re.compile(rf"^{_NUMBER}$")
 _FLOPS_RE = re.compile(rf"^{_NUMBER}\s*(?:(?P<prefix>[kKMGTPE]?)(?:FLOPS|FLOP/s|flops|flop/s))?$")
 
 
@@ -45,17 +49,30 @@ FLOPS_PATTERN = _schema_pattern(_FLOPS_RE)
 def _plain_number(value: object, kind: str, example: str) -> float | None:
     """An int/float (not bool) is already SI; anything else that is not a str is an error."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"{value!r} is not {kind}; expected e.g. '{example}'")
+        raise ValueError(f"{show_value(value)} is not {kind}; expected e.g. '{example}'")
     if isinstance(value, str):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        number = math.inf
     if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not {kind}: it must be finite")
+        raise ValueError(f"{show_value(value)} is not {kind}: it must be finite")
     return number
 
 
 def _fail(text: str, kind: str, example: str, hint: str = "") -> ValueError:
-    return ValueError(f"{text!r} is not {kind}; expected e.g. '{example}'{hint}")
+    return ValueError(f"{show_value(text)} is not {kind}; expected e.g. '{example}'{hint}")
+
+
+def _needs_unit(value: object, units: str, examples: tuple[str, str]) -> None:
+    """A bandwidth or a time written as a bare number (300, '300'): which unit was meant is a guess."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _PLAIN_NUMBER_RE.match(value.strip())):
+        shown = show_value(value).strip("'")
+        first, second = (f"'{shown}{unit}'" for unit in examples)
+        raise ValueError(f"{show_value(value)} has no unit: add one ({units}), e.g. {first} or {second}")
 
 
 def parse_bytes(value: object) -> float:
@@ -80,9 +97,8 @@ def parse_bytes(value: object) -> float:
 def parse_bandwidth(value: object) -> float:
     """Bytes/s: '300GB/s' -> 3e11, '25Gb/s' -> 3.125e9 (bits / 8), '100GiB/s', '400Gbps'."""
     kind, example = "a bandwidth", "300GB/s"
-    number = _plain_number(value, kind, example)
-    if number is not None:
-        return number
+    _needs_unit(value, "B/s, kB/s, MB/s, GB/s, TB/s, or b/s ... Tb/s for bits", ("GB/s", "B/s"))
+    _plain_number(value, kind, example)
     match = _BANDWIDTH_RE.match(str(value).strip())
     if match is None:
         raise _fail(str(value), kind, example)
@@ -93,15 +109,18 @@ def parse_bandwidth(value: object) -> float:
 
 
 def parse_seconds(value: object) -> float:
-    """'2us' -> 2e-6, '500ns' -> 5e-7, '3ms' -> 3e-3, '1s' -> 1.0, '2µs' -> 2e-6, 0 -> 0.0."""
+    """'2us' -> 2e-6, '500ns' -> 5e-7, '3ms' -> 3e-3, '1s' -> 1.0, '2µs' -> 2e-6, 0 -> 0.0 (zero
+    alone needs no unit; any other bare number is an error)."""
     kind, example = "a time", "1.5us"
-    number = _plain_number(value, kind, example)
-    if number is not None:
-        return number
+    if _plain_number(value, kind, example) == 0.0:
+        return 0.0
     match = _TIME_RE.match(str(value).strip())
+    if match is not None and match["num"] is None:  # '0', '0.0'
+        return 0.0
+    _needs_unit(value, "s, ms, us, ns, ps", ("us", "s"))
     if match is None:
         raise _fail(str(value), kind, example)
-    return float(match["num"]) / _PER_SECOND[match["unit"] or "s"]
+    return float(match["num"]) / _PER_SECOND[match["unit"]]
 
 
 def parse_flops(value: object) -> float:

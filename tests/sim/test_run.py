@@ -80,12 +80,12 @@ def test_run_writes_every_output_and_is_byte_identical_twice(tmp_path, capsys):
 
 
 def test_step_time_is_the_closed_form_for_a_balanced_pipeline():
-    """With a negligible LM head (vocab 1) and near-free links (1e18 B/s, no latency), every stage
+    """With a negligible LM head (vocab 1) and near-free links (1 PB/s, the maximum; no latency), every stage
     costs the same, so the bubble is (p-1)/(m+p-1) and the step (m+p-1)(t_F + t_B) + t_OPT."""
     text = (
         SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam")
         .replace("vocab: 1000", "vocab: 1")
-        .replace("300GB/s", "1e18")
+        .replace("300GB/s", "1PB/s")
         .replace("1us", "0us")
     )
     scenario = load_scenario_text(text, "e2e.yaml")
@@ -163,7 +163,7 @@ def test_full_recompute_adds_a_forward_to_each_backward_and_keeps_only_layer_inp
     base = (
         SCENARIO.format(pp=4, m=8, schedule="1f1b", optimizer="adam")
         .replace("vocab: 1000", "vocab: 1")
-        .replace("300GB/s", "1e18")
+        .replace("300GB/s", "1PB/s")
         .replace("1us", "0us")
         .replace("numerics: {", "numerics: {enabled: false, ")
     )

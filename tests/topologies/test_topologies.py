@@ -14,7 +14,7 @@ from clustersim.sim.build import build_topology
 from clustersim.sim.cli import main
 from clustersim.sim.scenario.loader import load_scenario_text
 from clustersim.sim.scenario.schema import ScenarioError
-from clustersim.sim.scenario.spec import parse_spec
+from clustersim.sim.scenario.spec import SpecError, parse_spec
 from clustersim.sim.views.topology import draw_topology
 from clustersim.topologies.dgx import CX7_BANDWIDTH_Bps, NVLINK4_BANDWIDTH_Bps, dgx_node
 from clustersim.topologies.fattree import EcmpRouter, fat_tree
@@ -390,7 +390,8 @@ def test_flow_hash_is_splitmix64_of_the_pair():
         ("dgx:1,gpus_per_node=4", 4, "dgx"),
         ("fattree:nodes=8,gpus_per_node=8", 64, "fattree"),
         ("fattree:nodes=8,gpus_per_node=8,oversubscription=2,tiers=3", 64, "fattree"),
-        (" torus:2x2, link_bandwidth=5e10, link_latency=0 ", 4, "torus"),
+        (" torus:2x2, link_bandwidth=50GB/s, link_latency=0 ", 4, "torus"),
+        ("torus:2x2,link_bandwidth_Bps=5e10,link_latency_s=1e-6", 4, "torus"),
         ("ring:4,link_bandwidth=25GB/s,link_latency=1us", 4, "ring"),
         ("fattree:nodes=2,nvlink_bandwidth_Bps=3e11", 16, "fattree"),
     ],
@@ -402,12 +403,17 @@ def test_spec_builds_the_named_topology(spec, gpus, topology):
 
 
 def test_spec_link_options():
-    """Keys given to parse_spec (the CLI's flags) override the spec's; units parse as in YAML."""
-    assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4", link_bandwidth=7e9).edges(data=True)} == {7e9}
-    assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3e9").edges(data=True)} == {3e9}
+    """Keys given to parse_spec (the CLI's flags) override the spec's; units parse as in YAML; a bare
+    number is SI only under the attribute name that says its unit."""
+    assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4", link_bandwidth_Bps=7e9).edges(data=True)} == {7e9}
+    assert {d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3GB/s").edges(data=True)} == {3e9}
     assert {
-        d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3e9", link_bandwidth="7GB/s").edges(data=True)
+        d[BANDWIDTH] for *_, d in parse_spec("ring:4,link_bandwidth=3GB/s", link_bandwidth="7GB/s").edges(data=True)
     } == {7e9}
+    with pytest.raises(
+        SpecError, match=r"link_bandwidth: 3000000000\.0 has no unit: add one .*e\.g\. '3000000000\.0GB/s'"
+    ):
+        parse_spec("ring:4", link_bandwidth=3e9)
     tree = parse_spec("fattree:nodes=4,gpus_per_node=2,oversubscription=2,tiers=3")
     assert (tree.graph["tiers"], tree.graph["oversubscription"]) == (3, 2)
 
@@ -428,7 +434,8 @@ def test_spec_link_options():
         ("fattree:nodes=8,link_bandwidth=1GB/s", "link_bandwidth: not used by topology kind 'fattree'"),
         ("fattree:nodes=8,tiers=4", "tiers: must be <= 3, got 4"),
         ("ring:8,link_bandwidth=fast", r"link_bandwidth: 'fast' is not a bandwidth"),
-        ("switch:4,link_bandwidth=0", "link_bandwidth: must be > 0"),
+        ("switch:4,link_bandwidth=0GB/s", "link_bandwidth: must be > 0"),
+        ("switch:4,link_bandwidth=300", "link_bandwidth: 300 has no unit"),
         ("dgx:2", "dgx needs a node count"),
     ],
 )

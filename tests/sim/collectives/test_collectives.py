@@ -103,7 +103,7 @@ def test_torus_all_reduce_keeps_every_axis_busy(axes):
     the rank's whole injection bandwidth 2kB."""
     n, m, k, d = math.prod(axes), GiB, len(axes), axes[0]
     t, _ = time_collective(
-        parse_spec("torus:" + "x".join(map(str, axes)), link_bandwidth=B, link_latency=A),
+        parse_spec("torus:" + "x".join(map(str, axes)), link_bandwidth_Bps=B, link_latency_s=A),
         "all_reduce",
         "torus",
         None,
@@ -116,7 +116,9 @@ def test_torus_all_reduce_with_unequal_axes_is_no_slower_than_one_axis_at_a_time
     """On 2 x 3 the parts fall out of step; the bound is the one-axis-at-a-time schedule's time
     (a 2-wide axis is one duplex link both directions share)."""
     m = GiB
-    t, _ = time_collective(parse_spec("torus:2x3", link_bandwidth=B, link_latency=A), "all_reduce", "torus", None, m)
+    t, _ = time_collective(
+        parse_spec("torus:2x3", link_bandwidth_Bps=B, link_latency_s=A), "all_reduce", "torus", None, m
+    )
     one_at_a_time, block = 0.0, m
     for k in (2, 3):
         share = 2 if k == 2 else 1

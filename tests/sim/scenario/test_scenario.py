@@ -210,9 +210,9 @@ def test_gpu_overrides_merge_into_gpu_spec():
     assert spec.name == "A100-SXM-80GB"
 
 
-def test_plain_numbers_micro_sign_and_yaml12_floats():
+def test_si_units_micro_sign_and_yaml12_floats():
     s = load_scenario_text(
-        variant(("cluster.topology.link_bandwidth", 3e11), ("cluster.topology.link_latency", "2\u00b5s"))
+        variant(("cluster.topology.link_bandwidth", "3e11B/s"), ("cluster.topology.link_latency", "2\u00b5s"))
         + "numerics: {lr: 1e-3}\n"
     )
     assert s.cluster.topology.link_bandwidth_Bps == 3e11

@@ -38,7 +38,7 @@ def test_parse_bytes(text, expected):
         ("100GiB/s", 100 * 2**30),
         ("400Gbps", 400e9 / 8),
         ("50 GB/s", 50e9),
-        (3e11, 3e11),
+        ("3e11B/s", 3e11),
     ],
 )
 def test_parse_bandwidth(text, expected):
@@ -59,9 +59,9 @@ def test_bits_are_one_eighth_of_bytes():
         ("1s", 1.0),
         ("2\u00b5s", 2e-6),  # micro sign
         ("2\u03bcs", 2e-6),  # greek mu
-        ("0", 0.0),
+        ("0", 0.0),  # zero alone needs no unit
         (0, 0.0),
-        ("1e-6", 1e-6),
+        ("1e-6s", 1e-6),
     ],
 )
 def test_parse_seconds(text, expected):
@@ -84,7 +84,16 @@ def test_parse_flops(text, expected):
         (parse_bytes, "lots", r"^'lots' is not a size in bytes; expected e\.g\. '80GiB'$"),
         (parse_seconds, "2 fortnights", r"is not a time; expected e\.g\. '1\.5us'"),
         (parse_flops, "312TB/s", r"is not a compute rate; expected e\.g\. '312TFLOPS'"),
-        (parse_bytes, True, r"^True is not a size in bytes"),  # a YAML bool is not a number
+        (parse_bytes, True, r"^true is not a size in bytes"),  # a YAML bool is not a number
+        # a bandwidth or a time needs its unit: '300' is not silently 300 bytes/s
+        (parse_bandwidth, 300, r"^300 has no unit: add one \(B/s, .*\), e\.g\. '300GB/s' or '300B/s'$"),
+        (parse_bandwidth, "300", r"^'300' has no unit: add one"),
+        (parse_bandwidth, 3e11, r"^300000000000\.0 has no unit"),
+        (parse_seconds, 1e-6, r"^1e-06 has no unit: add one \(s, ms, us, ns, ps\), e\.g\. '1e-06us' or '1e-06s'$"),
+        (parse_seconds, "5", r"^'5' has no unit"),
+        # a value in an error is cut short, never printed whole
+        (parse_bandwidth, "9" * 10_000 + "x", r"^'9{70,80}\.\.\. is not a bandwidth; expected e\.g\. '300GB/s'$"),
+        (parse_bandwidth, [[1] * 1000] * 1000, r"^a list is not a bandwidth"),
         (parse_seconds, [1], r"is not a time"),
         (parse_bytes, math.inf, r"must be finite"),
         (parse_bytes, "", r"is not a size in bytes"),
