@@ -184,7 +184,7 @@ class OutputSection(Section):
         if value is None:
             return value
         if not value.strip():
-            raise ValueError("must name a folder, got an empty string")
+            raise ValueError(f"must name a folder, got {show_value(value)}")
         if "\x00" in value:
             raise ValueError(f"contains a NUL byte (\\x00), which no file system allows: {show_value(value)}")
         if any(len(part.encode()) > MAX_NAME_BYTES for part in PurePath(value).parts):

@@ -97,8 +97,8 @@ def parse_bytes(value: object) -> float:
 def parse_bandwidth(value: object) -> float:
     """Bytes/s: '300GB/s' -> 3e11, '25Gb/s' -> 3.125e9 (bits / 8), '100GiB/s', '400Gbps'."""
     kind, example = "a bandwidth", "300GB/s"
+    _plain_number(value, kind, example)  # a list, a bool, inf: not a bandwidth at all
     _needs_unit(value, "B/s, kB/s, MB/s, GB/s, TB/s, or b/s ... Tb/s for bits", ("GB/s", "B/s"))
-    _plain_number(value, kind, example)
     match = _BANDWIDTH_RE.match(str(value).strip())
     if match is None:
         raise _fail(str(value), kind, example)

@@ -327,7 +327,7 @@ def test_rejects_a_name_that_is_a_special_folder(name):
         ('"runs/a\\0b"', r"contains a NUL byte \(\\x00\), which no file system allows: 'runs/a\\x00b'$"),
         ("runs/" + "d" * 300, r"has a folder name longer than 255 bytes, which file systems refuse$"),
         ("'x" + "/y" * 3000 + "'", r"at most 4,096 characters, got 6,001$"),
-        ("''", r"must name a folder, got an empty string$"),
+        ("''", r"must name a folder, got ''$"),
     ],
     ids=["nul", "long_folder_name", "long_path", "empty"],
 )
