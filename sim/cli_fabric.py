@@ -36,6 +36,8 @@ def collective_command(args: argparse.Namespace) -> int:
     sizes = parsed("--sizes", parse_sizes, args.sizes)
     graph = _spec_graph(args, args.topology, "--topology")
     num_gpus = sum(1 for _, kind in graph.nodes(data="kind") if kind == "gpu")
+    if num_gpus < 2:  # nothing would move: a time of 0 and an infinite bandwidth
+        raise bad("--topology", f"a collective needs at least 2 GPUs; {args.topology} has {num_gpus}")
     if not 0 <= args.root < num_gpus:
         raise bad("--root", f"{args.root} is not a GPU of {args.topology} (0..{num_gpus - 1})")
     try:

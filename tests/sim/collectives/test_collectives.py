@@ -448,6 +448,8 @@ def test_cli_json_rows(capsys):
         ),
         (["broadcast", "--topology", "ring:4", "--sizes", "1KiB", "--root", "4"], "--root", "not a GPU"),
         (["all_reduce", "--topology", "ring:4", "--sizes", "1KiB", "--redop", "avg"], "--redop", "unknown redop"),
+        # one GPU moves nothing: its time would be 0 and its bandwidth infinite (not JSON)
+        (["all_reduce", "--topology", "ring:1", "--sizes", "1MiB", "--json"], "--topology", "at least 2 GPUs"),
     ],
 )
 def test_cli_bad_options_are_one_line_and_exit_2(capsys, args, flag, reason):
