@@ -25,11 +25,9 @@ Paths (routing = "ecmp", EcmpRouter below): same node: GPU -> NVSwitch -> GPU.
 Otherwise GPU -> NIC -> leaf -> [same leaf: straight down] else spine j [-> core (j, c) -> spine j
 of the destination pod] -> destination leaf -> NIC -> GPU; j and c come from a hash of (src, dst).
 
-Symmetry (for the simulator's replica shortcut): with adaptive load balance, shifting GPU indices by
-whole leaf groups (pods, with three tiers) when every group is full (leaf_radix divides nodes), or
-by whole nodes when all nodes share one leaf group, maps the tree and its routes onto themselves;
-so does turning the rails of every node alike. An uneven last group is fixed by no shift of nodes
-but the identity. Per-flow ECMP hashing tells images apart.
+Symmetry (for the simulator's replica shortcut, `_symmetry`): with adaptive load balance, shifting
+nodes by whole full leaf groups (pods), or any whole nodes within one group, and turning the rails
+of every node alike map the tree and its routes onto themselves. ECMP hashing tells images apart.
 """
 
 from __future__ import annotations
@@ -114,7 +112,7 @@ def fat_tree(
     leaves_per_rail = math.ceil(nodes / leaf_radix)  # L (= pods when tiers = 3)
     spines = math.ceil(downlinks / oversubscription)  # S
     uplink_Bps = downlinks * nic_bandwidth_Bps / (oversubscription * spines)
-    cores, core_Bps = rails, uplink_Bps  # G per plane (three tiers), and each spine-core link
+    cores, core_Bps = rails, uplink_Bps  # G per plane (three tiers), and each spine-core link's
     if load_balance == "adaptive":  # the S spines as one, its links carrying the S uplinks' capacity
         uplink_Bps, spines = uplink_Bps * spines, 1
         cores, core_Bps = 1, uplink_Bps * rails  # and the G cores of the plane as one
@@ -273,20 +271,21 @@ def _build(keys: FatTreeKeys, shape: Shape) -> nx.DiGraph:
 
 def _symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | None:
     """With adaptive load balance, turning the rails of every node alike (shards within a node,
-    rank order (dp, pp, tp)) is an automorphism. Shifting replicas is safe when blocks of replicas
-    are whole nodes and blocks and leaf groups (pods) nest one in the other, so every block lies
-    on the tree alike; the step is then the fewest blocks whose shift moves whole groups (all of
-    them, only the identity, when the last group is short: its gap tells groups apart). Blocks
-    that straddle groups (20-node groups, 8-node blocks) see different trees: SHARDS_ONLY."""
+    rank order (dp, pp, tp)) is an automorphism. Replicas may shift when blocks are whole nodes
+    nested with leaf groups (pods) one in the other, so every block lies on the tree alike; the
+    step is the fewest blocks whose shift moves whole groups (all of them, only the identity, when
+    the last group is short). Blocks straddling groups or splitting nodes: SHARDS_ONLY."""
     gpus_per_node, radix = shape.gpus_per_node, keys.leaf_radix
     if keys.load_balance != "adaptive" or not blocks.contiguous or gpus_per_node % blocks.tp:
         return None
     block_nodes = blocks.gpus // gpus_per_node
-    if blocks.gpus % gpus_per_node or (block_nodes % radix and radix % block_nodes):
+    if blocks.gpus % gpus_per_node:
         return SHARDS_ONLY
     nodes = blocks.count * block_nodes
-    if nodes <= radix:
+    if nodes <= radix:  # one leaf group: any shift of whole nodes
         return 1
+    if block_nodes % radix and radix % block_nodes:
+        return SHARDS_ONLY
     return max(1, radix // block_nodes) if nodes % radix == 0 else blocks.count
 
 

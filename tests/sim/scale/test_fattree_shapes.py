@@ -55,8 +55,17 @@ def shapes(draw, max_nodes: int):
     }
 
 
+MOE_MODEL = (
+    "model: {layers: 12, hidden: 512, heads: 8, ffn: 2048, seq_len: 256, vocab: 1000, moe: {experts: 8, top_k: 2}}"
+)
+
+
 def scenario(shape: dict):
-    return load_scenario_text(TEXT.format(**shape), "shape.yaml")
+    text = TEXT.format(**{k: v for k, v in shape.items() if k != "ep"})
+    if "ep" in shape:  # an MoE model, expert-parallel over `ep` replicas
+        text = text.replace(text[text.index("model: ") : text.index("\ntraining")], MOE_MODEL)
+        text = text.replace("zero: 1,", f"zero: 1, ep: {shape['ep']},")
+    return load_scenario_text(text, "shape.yaml")
 
 
 def assert_agree(shape: dict) -> None:
@@ -80,7 +89,7 @@ def test_symmetric_and_exact_agree_on_fat_trees(shape):
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.filter_too_much])
 @given(shapes(max_nodes=16))
 def test_symmetric_and_exact_agree_on_more_fat_trees(shape):
     assert_agree(shape)
@@ -97,6 +106,8 @@ CASES = {
     "uneven-radix-three-tiers": (dict(nodes=6, per=4, radix=4, tiers=3, over=2, tp=4, pp=2, dp=3), 3 * 4),
     # blocks of 2 nodes straddle leaf groups of 3: every replica walked, one shard of each
     "straddling": (dict(nodes=6, per=4, radix=3, tiers=2, over=1.5, tp=4, pp=2, dp=3), 4),
+    # MoE, expert-parallel over pairs of replicas: blocks of 2 x 2 nodes straddle groups of 3
+    "straddling-moe": (dict(nodes=8, per=4, radix=3, tiers=2, over=1, tp=4, pp=2, dp=4, ep=2), 4),
     "straddling-three-tiers": (dict(nodes=8, per=4, radix=3, tiers=3, over=1, tp=4, pp=2, dp=4), 4),
 }
 
