@@ -35,7 +35,7 @@ from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.scale.execution import members_held
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.sim.scenario.schema import Scenario
-from clustersim.topologies.kind import ReplicaBlocks, Shape
+from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape
 from clustersim.topologies.registry import TOPOLOGIES
 
 
@@ -197,7 +197,8 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
     """The shifts under which this run looks the same from every image (sim.scale.symmetry), or
     None: numerics must be off (every replica computes on its own data), there must be more than
     one image, and the fabric must not tell images apart: its kind says which shifts of blocks of
-    ep replicas map it and its routes onto themselves (topologies.kind.TopologyKind.symmetry)."""
+    ep replicas map it and its routes onto themselves, or that only shard shifts do (SHARDS_ONLY:
+    every replica is walked) (topologies.kind.TopologyKind.symmetry)."""
     p, cluster = scenario.parallel, scenario.cluster
     kind = TOPOLOGIES[cluster.topology.kind]
     if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1 or kind.symmetry is None:
@@ -206,6 +207,8 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
         gpus=p.ep * p.pp * p.tp, count=p.dp // p.ep, tp=p.tp, contiguous=tuple(p.order) == ("dp", "pp", "tp")
     )
     step = kind.symmetry(cluster.topology, Shape(cluster.nodes, cluster.gpus_per_node), blocks)
+    if step == SHARDS_ONLY:  # every replica walked, one shard of each
+        return Symmetry(layout_of(scenario), replicas=False) if p.tp > 1 else None
     return None if step is None else Symmetry(layout_of(scenario), step * p.ep)
 
 

@@ -8,24 +8,26 @@ uplink capacity = downlink capacity / oversubscription, full bisection at oversu
 
     tiers = 2:  every leaf links to every one of the S spines ("spine", 0, j).
     tiers = 3:  a group is a pod; leaf (r, p) links to the pod's S spines ("spine", p, j); spine j
-                of every pod links to the G cores ("core", j, c) of plane j, each link as fast as a
-                leaf uplink, so spines are non-blocking and only the leaf is oversubscribed.
+                of every pod links to the G cores ("core", j, c) of plane j (G = gpus_per_node),
+                each link as fast as a leaf uplink, so spines are non-blocking and only the leaf is
+                oversubscribed.
 
 Load balance over the spines (`load_balance`):
     "ecmp"      each flow hashes onto one spine (and core): per-flow ECMP as deployed with static
                 hashing; hash collisions leave some uplinks hotter than others.
     "adaptive"  ideal per-packet spraying / adaptive routing (InfiniBand AR, Spectrum-X): every
-                flow spreads evenly over all S spines, which is the same as one logical spine per
-                group whose link from each leaf carries the S uplinks' total capacity. Built that
-                way, so a flow stays one flow.
+                flow spreads evenly over all S spines (and all G cores of a plane), which is the
+                same as one logical spine per group whose link from each leaf carries the S
+                uplinks' total capacity (and one logical core whose link from each spine carries
+                the G links' total). Built that way, so a flow stays one flow.
 
 Paths (routing = "ecmp", EcmpRouter below): same node: GPU -> NVSwitch -> GPU.
 Otherwise GPU -> NIC -> leaf -> [same leaf: straight down] else spine j [-> core (j, c) -> spine j
 of the destination pod] -> destination leaf -> NIC -> GPU; j and c come from a hash of (src, dst).
 
-Symmetry (for the simulator's replica shortcut): with adaptive load balance, shifting GPU indices by
-whole leaf groups (wrapping round whole groups), or by whole nodes when all nodes share one leaf
-group, maps the tree and its routes onto themselves; per-flow ECMP hashing tells images apart.
+Symmetry (for the simulator's replica shortcut, `_symmetry`): with adaptive load balance, shifting
+nodes by whole full leaf groups (pods), or any whole nodes within one group, and turning the rails
+of every node alike map the tree and its routes onto themselves. ECMP hashing tells images apart.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from clustersim.topologies.dgx import (
     nic_id,
     nvswitch_id,
 )
-from clustersim.topologies.kind import ReplicaBlocks, Shape, SpecForm, TopologyKind
+from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape, SpecForm, TopologyKind
 from clustersim.topologies.routing import check_pairs, csr, flow_hash, link_index
 from clustersim.topologies.schema import KIND, ROUTING, TOPOLOGY, add_duplex_link
 
@@ -65,6 +67,7 @@ ECMP = "ecmp"
 
 # graph.graph keys the ECMP router reads (besides TOPOLOGY, ROUTING, NODES and GPUS_PER_NODE)
 TIERS, LEAVES_PER_RAIL, SPINES = "tiers", "leaves_per_rail", "spines"  # L, and S per group (2 tiers: in total)
+CORES = "cores"  # G, cores per plane (three tiers)
 
 
 def leaf_id(rail: int, group: int) -> tuple:
@@ -109,8 +112,10 @@ def fat_tree(
     leaves_per_rail = math.ceil(nodes / leaf_radix)  # L (= pods when tiers = 3)
     spines = math.ceil(downlinks / oversubscription)  # S
     uplink_Bps = downlinks * nic_bandwidth_Bps / (oversubscription * spines)
+    cores, core_Bps = rails, uplink_Bps  # G per plane (three tiers), and each spine-core link's
     if load_balance == "adaptive":  # the S spines as one, its links carrying the S uplinks' capacity
         uplink_Bps, spines = uplink_Bps * spines, 1
+        cores, core_Bps = 1, uplink_Bps * rails  # and the G cores of the plane as one
     graph: nx.DiGraph = nx.DiGraph()
     graph.graph.update(
         {
@@ -121,6 +126,7 @@ def fat_tree(
             TIERS: tiers,
             LEAVES_PER_RAIL: leaves_per_rail,
             SPINES: spines,
+            CORES: cores,
             "leaf_radix": leaf_radix,
             "oversubscription": oversubscription,
             "load_balance": load_balance,
@@ -146,10 +152,10 @@ def fat_tree(
                 )
     if tiers == 3:
         for j in range(spines):
-            for c in range(rails):
+            for c in range(cores):
                 graph.add_node(core_id(j, c), **{KIND: "core"})
                 for pod in range(leaves_per_rail):
-                    add_duplex_link(graph, spine_id(pod, j), core_id(j, c), uplink_Bps, latency_s)
+                    add_duplex_link(graph, spine_id(pod, j), core_id(j, c), core_Bps, latency_s)
     return graph
 
 
@@ -157,14 +163,16 @@ class EcmpRouter:
     """Equal-cost multipath on topologies.fattree's rail-optimised fat tree.
 
     h = flow_hash(src, dst); spine j = h mod S; in three tiers core c = (h div S) mod G (G cores per
-    plane). Paths (links): same node 2 (GPU, NVSwitch, GPU); same leaf 4 (GPU, NIC, leaf, NIC, GPU);
-    via a spine 6; via a core (three tiers, different pods) 8. Each is a fewest-hop path.
+    plane; adaptive load balance builds S = G = 1: every flow takes the one logical spine and core).
+    Paths (links): same node 2 (GPU, NVSwitch, GPU); same leaf 4 (GPU, NIC, leaf, NIC, GPU); via a
+    spine 6; via a core (three tiers, different pods) 8. Each is a fewest-hop path.
     """
 
     def __init__(self, graph: nx.DiGraph):
         g = graph.graph
         nodes, per, self.tiers = g[NODES], g[GPUS_PER_NODE], g[TIERS]
         self.spines, radix, groups = g[SPINES], g["leaf_radix"], g[LEAVES_PER_RAIL]
+        self.cores = g[CORES]
         self.num_gpus, self.per_node = nodes * per, per
         ids = link_index(graph)
         gpu = np.arange(self.num_gpus)
@@ -187,13 +195,13 @@ class EcmpRouter:
         if self.tiers == 3:  # (pod, j, c)
             self.spine_up = np.array(
                 [
-                    [table((spine_id(q, j), core_id(j, c)) for c in range(per)) for j in range(self.spines)]
+                    [table((spine_id(q, j), core_id(j, c)) for c in range(self.cores)) for j in range(self.spines)]
                     for q in range(groups)
                 ]
             )
             self.spine_down = np.array(
                 [
-                    [table((core_id(j, c), spine_id(q, j)) for c in range(per)) for j in range(self.spines)]
+                    [table((core_id(j, c), spine_id(q, j)) for c in range(self.cores)) for j in range(self.spines)]
                     for q in range(groups)
                 ]
             )
@@ -202,7 +210,7 @@ class EcmpRouter:
         src, dst = check_pairs(src, dst, self.num_gpus)
         h = flow_hash(src, dst, self.num_gpus)
         spine = (h % np.uint64(self.spines)).astype(np.int64)
-        core = (h // np.uint64(self.spines) % np.uint64(self.per_node)).astype(np.int64)
+        core = (h // np.uint64(self.spines) % np.uint64(self.cores)).astype(np.int64)
         same_node = self.node[src] == self.node[dst]
         same_leaf = ~same_node & (self.leaf[src] == self.leaf[dst])
         cross_pod = (self.group[src] != self.group[dst]) if self.tiers == 3 else np.zeros(src.size, bool)
@@ -262,23 +270,22 @@ def _build(keys: FatTreeKeys, shape: Shape) -> nx.DiGraph:
 
 
 def _symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | None:
-    """Blocks of replicas must be whole nodes (tensor-parallel shards inside a node), and blocks and
-    leaf groups nested one in the other; then a shift by whole leaf groups (whole nodes when there
-    is one group) is an automorphism, and the step is the fewest blocks making one (all of them:
-    only the identity, when the nodes do not fill whole groups)."""
+    """With adaptive load balance, turning the rails of every node alike (shards within a node,
+    rank order (dp, pp, tp)) is an automorphism. Replicas may shift when blocks are whole nodes
+    nested with leaf groups (pods) one in the other, so every block lies on the tree alike; the
+    step is the fewest blocks whose shift moves whole groups (all of them, only the identity, when
+    the last group is short). Blocks straddling groups or splitting nodes: SHARDS_ONLY."""
     gpus_per_node, radix = shape.gpus_per_node, keys.leaf_radix
-    block_nodes = blocks.gpus // gpus_per_node
-    if (
-        keys.load_balance != "adaptive"
-        or not blocks.contiguous
-        or gpus_per_node % blocks.tp
-        or blocks.gpus % gpus_per_node
-        or (block_nodes % radix and radix % block_nodes)
-    ):
+    if keys.load_balance != "adaptive" or not blocks.contiguous or gpus_per_node % blocks.tp:
         return None
+    block_nodes = blocks.gpus // gpus_per_node
+    if blocks.gpus % gpus_per_node:
+        return SHARDS_ONLY
     nodes = blocks.count * block_nodes
-    if nodes <= radix:
+    if nodes <= radix:  # one leaf group: any shift of whole nodes
         return 1
+    if block_nodes % radix and radix % block_nodes:
+        return SHARDS_ONLY
     return max(1, radix // block_nodes) if nodes % radix == 0 else blocks.count
 
 

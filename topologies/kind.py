@@ -68,6 +68,12 @@ class ReplicaBlocks:
     contiguous: bool
 
 
+SHARDS_ONLY = 0
+"""What a kind's `symmetry` answers when no shift of replica blocks is safe (the blocks lie
+differently on the fabric: they straddle switch groups) but turning the tensor-parallel shards of
+every node alike is an automorphism: the simulator then walks every replica, one shard each."""
+
+
 class FitError(ValueError):
     """The keys do not fit the cluster; `key` is the path under `cluster` to blame ("topology.axes", "nodes")."""
 
@@ -103,8 +109,10 @@ class TopologyKind:
     graphs may carry in graph.graph["routing"]; `fits(keys, shape)` raises FitError when the keys
     do not fit the cluster; `gpus(keys)` the GPU count the keys fix (torus axes), or None;
     `symmetry(keys, shape, blocks)` the smallest number of replica blocks whose shift (blocks
-    wrapping round) maps the fabric and its routes onto themselves, or None when no shift does;
-    a kind without the attribute has no symmetry the simulator may use."""
+    wrapping round) maps the fabric and its routes onto themselves (blocks.count: only the
+    identity, yet every block lies on the fabric alike), SHARDS_ONLY when only the shard shifts
+    do, or None when no shift does; a kind without the attribute has no symmetry the simulator
+    may use."""
 
     name: str
     keys: type[Keys]

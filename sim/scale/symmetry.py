@@ -31,24 +31,26 @@ from clustersim.sim.results.metrics import stream_of_flows
 class Symmetry:
     """The shifts of a layout, as maps from each rank to its image under each shift."""
 
-    def __init__(self, layout: Layout, fabric_step: int | None = None):
+    def __init__(self, layout: Layout, fabric_step: int | None = None, replicas: bool = True):
         """`fabric_step`: the replica shifts that are also automorphisms of the fabric (routes map
         to routes, so the network may solve one flow per orbit, sim.network.orbits) are its multiples;
-        default every shift (a switch)."""
+        default every shift (a switch). `replicas` False: replicas see different fabrics (their
+        blocks straddle leaf groups), so only the shard shifts are used; every replica is walked."""
         grid = layout.grid  # (dp, pp, tp) -> rank
         d, p, t = np.meshgrid(np.arange(layout.dp), np.arange(layout.pp), np.arange(layout.tp), indexing="ij")
-        shifts = [(a, b) for a in range(0, layout.dp, layout.ep) for b in range(layout.tp)]
+        walked = layout.ep if replicas else layout.dp  # replicas walked: d < walked
+        shifts = [(a, b) for a in range(0, layout.dp, walked) for b in range(layout.tp)]
         self.image = np.zeros((len(shifts), layout.world), dtype=np.int64)  # [shift, rank] -> rank
         for k, (a, b) in enumerate(shifts):
             self.image[k, grid.reshape(-1)] = grid[(d + a) % layout.dp, p, (t + b) % layout.tp].reshape(-1)
         self._groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        self.representatives = sorted(int(r) for r in grid[: layout.ep, :, 0].reshape(-1))
+        self.representatives = sorted(int(r) for r in grid[:walked, :, 0].reshape(-1))
         rep_of = np.empty(layout.world, dtype=np.int64)
         for rep in self.representatives:
             rep_of[self.image[:, rep]] = rep
         self.rep_of = rep_of  # rank -> the representative that stands for it
         self.shifts = shifts  # (replicas, shards) of each row of `image`
-        self._fabric_step = fabric_step or layout.ep
+        self._fabric_step = fabric_step or walked
 
     def network_images(self, steps: Iterable[tuple[tuple[int, ...], list]]) -> np.ndarray | None:
         """The shifts under which the network may keep one flow per orbit (sim.network.orbits), as image

@@ -18,6 +18,7 @@ from clustersim.sim.scenario.spec import SpecError, parse_spec
 from clustersim.sim.views.topology import draw_topology
 from clustersim.topologies.dgx import CX7_BANDWIDTH_Bps, NVLINK4_BANDWIDTH_Bps, dgx_node
 from clustersim.topologies.fattree import EcmpRouter, fat_tree
+from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape
 from clustersim.topologies.registry import ROUTERS, TOPOLOGIES, topology_kind
 from clustersim.topologies.ring import ring
 from clustersim.topologies.routing import ShortestPathRouter, flow_hash, make_router
@@ -187,6 +188,53 @@ def test_oversubscription_2_halves_the_leaf_uplinks():
     assert leaf_bandwidth(half, up=True) == pytest.approx(leaf_bandwidth(full, up=True) / 2)
     assert leaf_bandwidth(full, up=True) == pytest.approx(leaf_bandwidth(full, up=False))  # full bisection
     assert leaf_bandwidth(half, up=False) == leaf_bandwidth(full, up=False)
+
+
+def test_adaptive_three_tiers_spray_over_one_logical_core_per_plane():
+    """Adaptive load balance merges a plane's cores as it merges the spines: one core, whose link
+    from each pod's spine carries the G links' total, so core hashing cannot tell flows apart."""
+    ecmp, adaptive = (fat_tree(8, 4, leaf_radix=2, tiers=3, load_balance=lb) for lb in ("ecmp", "adaptive"))
+    kinds = [d[KIND] for _, d in adaptive.nodes(data=True)]
+    assert kinds.count("core") == 1 and kinds.count("spine") == 4  # one per pod
+
+    def core_bandwidth(graph) -> float:
+        return sum(d[BANDWIDTH] for u, v, d in graph.edges(data=True) if graph.nodes[v][KIND] == "core")
+
+    assert core_bandwidth(adaptive) == pytest.approx(core_bandwidth(ecmp))
+    router = EcmpRouter(adaptive)
+    indptr, links = router.route_many(np.array([0, 1]), np.array([30, 31]))
+    assert np.diff(indptr).tolist() == [8, 8]  # via the core, on the same spine-core links
+    names = list(adaptive.edges)
+    assert [names[i][1] for i in links[2:4]] == [names[i][1] for i in links[10:12]]
+
+
+BLOCKS_8_NODES = dict(gpus=64, tp=8, contiguous=True)
+
+
+@pytest.mark.parametrize(
+    "nodes,radix,tiers,balance,blocks,step",
+    [
+        (192, 16, 2, "adaptive", BLOCKS_8_NODES, 2),  # two blocks per 16-node group
+        (192, 16, 3, "adaptive", BLOCKS_8_NODES, 2),  # the same with pods
+        (192, 20, 2, "adaptive", BLOCKS_8_NODES, SHARDS_ONLY),  # blocks straddle 20-node groups
+        (192, 40, 2, "adaptive", BLOCKS_8_NODES, 24),  # nested, but the last group is short: identity
+        (192, 4, 2, "adaptive", BLOCKS_8_NODES, 1),  # two groups per block
+        (16, 20, 3, "adaptive", BLOCKS_8_NODES, 1),  # one group: any shift of whole nodes
+        (8, 3, 2, "adaptive", dict(gpus=4, tp=4, contiguous=True), SHARDS_ONLY),  # half-node blocks
+        (192, 16, 2, "ecmp", BLOCKS_8_NODES, None),  # hashing tells images apart
+        (192, 16, 2, "adaptive", dict(gpus=64, tp=8, contiguous=False), None),
+        (192, 16, 2, "adaptive", dict(gpus=48, tp=3, contiguous=True), None),  # shards split rails unevenly
+    ],
+)
+def test_fat_tree_symmetry_steps(nodes, radix, tiers, balance, blocks, step):
+    kind = TOPOLOGIES["fattree"]
+    keys = kind.keys.model_validate(
+        {"leaf_radix": radix, "tiers": tiers, "load_balance": balance, "link_latency": 1e-6}
+    )
+    gpus_per_node = 8
+    count = nodes * gpus_per_node // blocks["gpus"]
+    answer = kind.symmetry(keys, Shape(nodes, gpus_per_node), ReplicaBlocks(count=count, **blocks))
+    assert answer == step
 
 
 def test_dgx_presets_are_h100_nvlink4_and_connectx7():

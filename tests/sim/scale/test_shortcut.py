@@ -89,11 +89,15 @@ def test_a_symmetric_runs_table_lists_its_representatives():
 
 
 def test_symmetry_needs_shifts_that_map_the_fat_tree_onto_itself():
-    """A shift must move whole nodes and leaf groups: tp outermost, or replicas straddling leaf
-    groups (pp 3 x tp 8 = 3 nodes per replica against 16-node leaf groups), walk every rank."""
+    """A shift must move whole nodes and leaf groups: tp outermost walks every rank; replicas
+    straddling leaf groups (pp 4 x tp 8 = 4 nodes per replica against 6-node leaf groups) lie
+    differently on the tree, so every replica is walked, only the rails (shards) shifted."""
     base = scenario("fattree-128-1f1b")
     assert symmetry_of(base) is not None
     tp_outer = base.parallel.model_copy(update={"order": ["tp", "pp", "dp"]})
     assert symmetry_of(base.model_copy(update={"parallel": tp_outer})) is None
-    straddling = base.parallel.model_copy(update={"pp": 3})
-    assert symmetry_of(base.model_copy(update={"parallel": straddling})) is None
+    cluster = base.cluster
+    straddling = cluster.model_copy(update={"topology": cluster.topology.model_copy(update={"leaf_radix": 6})})
+    shards_only = symmetry_of(base.model_copy(update={"cluster": straddling}))
+    assert shards_only is not None and shards_only.shifts == [(0, b) for b in range(8)]
+    assert shards_only.representatives == list(range(0, 4 * 4 * 8, 8))  # every (d, p), t = 0
