@@ -43,6 +43,11 @@ class Keys(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+# The most GPUs a fabric may have: above the largest clusters built (about 100,000 GPUs), and a
+# graph of that size already takes gigabytes; beyond it a build would exhaust memory or hang.
+MAX_GPUS = 2**17
+
+
 @dataclass(frozen=True)
 class Shape:
     """The cluster a topology joins: `nodes` x `gpus_per_node` GPUs (cluster.nodes, .gpus_per_node)."""

@@ -13,7 +13,7 @@ from clustersim.sim.scenario.errors import FieldError, show_value
 from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
 from clustersim.sim.scenario.topology import TopologySection
-from clustersim.topologies.kind import FitError, Shape
+from clustersim.topologies.kind import MAX_GPUS, FitError, Shape
 from clustersim.topologies.registry import TOPOLOGIES
 
 # Sane maxima (STYLE habit 6: every number bounded, the bound in the message). Far above any real
@@ -68,7 +68,11 @@ class ClusterSection(Section):
 
     @model_validator(mode="after")
     def _topology_fits(self) -> ClusterSection:
-        """The kind's own rule (torus axes multiply to the GPU count, dgx is one node, ...)."""
+        """At most MAX_GPUS GPUs, and the kind's own rule (torus axes multiply to the GPU count,
+        dgx is one node, ...)."""
+        if self.num_gpus > MAX_GPUS:
+            reason = f"{self.nodes:,} x cluster.gpus_per_node {self.gpus_per_node:,} = {self.num_gpus:,} GPUs"
+            raise FieldError("nodes", f"{reason}: more than the {MAX_GPUS:,} a fabric may have")
         try:
             TOPOLOGIES[self.topology.kind].fits(self.topology, Shape(self.nodes, self.gpus_per_node))
         except FitError as exc:

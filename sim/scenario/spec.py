@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from clustersim.sim.scenario.errors import FieldError
 from clustersim.sim.scenario.loader import parse_yaml_value, translate
 from clustersim.sim.scenario.topology import SECTIONS, check_keys
-from clustersim.topologies.kind import FitError, Quantity, Shape, TopologyKind
+from clustersim.topologies.kind import MAX_GPUS, FitError, Quantity, Shape, TopologyKind
 from clustersim.topologies.registry import TOPOLOGIES
 from clustersim.topologies.schema import check_schema
 
@@ -95,6 +95,8 @@ def build_from_options(spec: str, kind: TopologyKind, options: dict[str, Any]) -
         if gpus is None or gpus % nodes:
             raise SpecError(spec, f"{kind.name} needs gpus_per_node (or a size, e.g. {kind.name}:8)")
         gpus_per_node = gpus // nodes
+    if nodes * gpus_per_node > MAX_GPUS:
+        raise SpecError(spec, f"{nodes * gpus_per_node:,} GPUs: more than the {MAX_GPUS:,} a fabric may have")
     try:
         shape = Shape(nodes, gpus_per_node)
         kind.fits(keys, shape)

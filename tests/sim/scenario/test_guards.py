@@ -347,3 +347,21 @@ def test_the_cli_prints_one_line_and_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "nested more than 64 levels deep" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_rejects_a_cluster_of_more_gpus_than_a_fabric_may_have():
+    """800,000 GPUs passes every per-field bound, but its graph would exhaust memory."""
+    rejected(
+        swap("nodes: 1\n", "nodes: 100000\n").replace("gpus_per_node: 4", "gpus_per_node: 8"),
+        "cluster.nodes",
+        "100,000 x cluster.gpus_per_node 8 = 800,000 GPUs: more than the 131,072 a fabric may have",
+    )
+
+
+@pytest.mark.parametrize("spec", ["torus:100000x100000", "switch:10000000", "fattree:nodes=20000,gpus_per_node=8"])
+def test_rejects_a_topology_spec_of_more_gpus_than_a_fabric_may_have(spec):
+    """`clustersim topology torus:100000x100000` used to build for ever: refused before building."""
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="GPUs: more than the 131,072 a fabric may have"):
+        parse_spec(spec)
+    assert time.monotonic() - started < 1.0
