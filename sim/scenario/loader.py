@@ -89,7 +89,7 @@ def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
             node[leaf] = value
         base = data.get("name", "scenario")
         copy["name"] = f"{base}-{variant['name']}" if isinstance(base, str) else base  # a bad name: reported
-        scenarios.append(_validate(copy, f"{filename} ({where}: {variant['name']})"))
+        scenarios.append(_validate(copy, f"{filename} ({where}: {clip(variant['name'])})"))
     return scenarios
 
 

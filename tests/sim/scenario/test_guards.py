@@ -365,3 +365,11 @@ def test_rejects_a_topology_spec_of_more_gpus_than_a_fabric_may_have(spec):
     with pytest.raises(SpecError, match="GPUs: more than the 131,072 a fabric may have"):
         parse_spec(spec)
     assert time.monotonic() - started < 1.0
+
+
+def test_a_long_variant_name_is_cut_in_the_error():
+    """Found by the fuzz test: a variant's name went whole into the error's file part."""
+    text = GOOD + "variants:\n  - {name: " + "v" * 5000 + ", cluster.gpus_per_node: 3}\n"
+    with pytest.raises(ScenarioError) as info:
+        load_variants_text(text, "bad.yaml")
+    assert str(info.value).startswith("bad.yaml (variants[0]: vvv") and len(str(info.value)) < 700

@@ -284,6 +284,7 @@ def test_json_schema_is_json_and_covers_every_section():
         "schedule",
         "numerics",
         "output",
+        "variants",  # a file for `clustersim compare` (sim.scenario.loader.load_variants_text)
     }
     topology = schema["$defs"]["ClusterSection"]["properties"]["topology"]
     assert set(topology["discriminator"]["mapping"]) == set(TOPOLOGIES)  # one section per kind, chosen by kind
