@@ -4,13 +4,21 @@ import from any depth, since pytest puts the folder of this rootmost conftest on
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from clustersim.sim.scenario.schema import Scenario
 
 from repo import QUICKSTART
+
+# Property tests draw the same examples on every run (CI cannot fail by the luck of a draw);
+# HYPOTHESIS_PROFILE=explore draws new ones each run, for hunting bugs by hand.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture
