@@ -138,6 +138,14 @@ class ActiveFlows:
         links, of = self.pairs_of(refill)
         num_links = len(self.count)
         self.load -= np.bincount(links, weights=self.rate[refill][of], minlength=num_links)
+        self._refill(refill, links, of, now)
+        self.touched = np.unique(links)
+
+    def _refill(self, refill: np.ndarray, links: np.ndarray, of: np.ndarray, now: float) -> None:
+        """Max-min rates for flows `refill` (whose load is already off their links `links`, pair
+        by pair with `of`) over the capacity the other flows leave; their load back on, their
+        finishes planned."""
+        num_links = len(self.count)
         self.rate[refill] = 0.0
         frozen = np.ones(len(self.alive), dtype=bool)
         frozen[refill] = False
@@ -154,7 +162,6 @@ class ActiveFlows:
         self.load += np.bincount(links, weights=self.rate[refill][of], minlength=num_links)
         self._plan(refill, now)
         self.last_refilled = len(refill)
-        self.touched = np.unique(links)
 
     def finish(self, gone: np.ndarray, now: float) -> None:
         """Mark flows `gone` (indices) dead and re-fill only the flows whose rate may change."""
@@ -171,23 +178,8 @@ class ActiveFlows:
         self.alive[gone] = False
         self.rate[gone] = 0.0
         self.finish_at[gone] = np.inf
-        self.rate[refill] = 0.0
         self.num_alive -= len(gone)
-        frozen = np.ones(len(self.alive), dtype=bool)
-        frozen[refill] = False
-        fill(
-            self.flow_ptr,
-            self.flow_links,
-            self.link_ptr,
-            self.link_flows,
-            np.maximum(self.capacity_Bps - self.load, 0.0),
-            np.bincount(refill_links, minlength=num_links).astype(float),
-            frozen,
-            self.rate,
-        )
-        self.load += np.bincount(refill_links, weights=self.rate[refill][refill_of], minlength=num_links)
-        self._plan(refill, now)
-        self.last_refilled = len(refill)
+        self._refill(refill, refill_links, refill_of, now)
         self.touched = np.unique(np.concatenate([gone_links, refill_links]))
         if len(self.alive) > 64 and self.num_alive < len(self.alive) // 2:
             self._sweep()

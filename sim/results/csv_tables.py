@@ -7,6 +7,7 @@ import csv
 import io
 
 from clustersim.sim.network.records import LinkStats
+from clustersim.sim.results.links import link_row
 from clustersim.sim.results.memory import CATEGORIES
 
 
@@ -30,17 +31,10 @@ def rank_rows(summary: dict) -> list[dict[str, object]]:
 
 
 def link_rows(stats: LinkStats) -> list[dict[str, object]]:
-    """One row per link that carried bytes, by link id: its name, bandwidth, bytes, busy time,
-    utilisation (bytes / (bandwidth x step time)) and most flows at once."""
+    """One row per link that carried bytes, by link id: its figures (sim.results.links.link_row)
+    and its bandwidth."""
     return [
-        {
-            "link": stats.names[link],
-            "bandwidth_Bps": float(stats.capacity_Bps[link]),
-            "bytes": float(stats.bytes[link]),
-            "busy_s": float(stats.busy_s[link]),
-            "utilisation": float(stats.utilisation[link]),
-            "peak_flows": int(stats.peak_flows[link]),
-        }
+        {**link_row(stats, link), "bandwidth_Bps": float(stats.capacity_Bps[link])}
         for link in range(len(stats.names))
         if stats.bytes[link] > 0
     ]

@@ -44,3 +44,15 @@ def link_stats(log: EventLog) -> LinkStats:
     if log.links is None:
         raise ValueError("the event log has no link statistics (it was not recorded by a run)")
     return log.links
+
+
+def link_row(stats: LinkStats, link: int) -> dict[str, object]:
+    """One link's figures: name, bytes, busy time, utilisation (bytes / (bandwidth x step time)),
+    most flows at once (summary.json's hottest links and links.csv's rows)."""
+    return {
+        "link": stats.names[link],
+        "bytes": float(stats.bytes[link]),
+        "busy_s": float(stats.busy_s[link]),
+        "utilisation": float(stats.utilisation[link]),
+        "peak_flows": int(stats.peak_flows[link]),
+    }

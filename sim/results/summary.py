@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results import metrics
-from clustersim.sim.results.links import hottest_links, link_stats
+from clustersim.sim.results.links import hottest_links, link_row, link_stats
 from clustersim.sim.results.memory import MemoryTimeline, memory_peaks, ranks_over_capacity
 from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
 from clustersim.sim.scenario.schema import Scenario
@@ -70,16 +70,6 @@ def alltoall_summary(log: EventLog, num_gpus: int) -> dict:
 
 
 def hottest_links_summary(log: EventLog, count: int = 10) -> list[dict]:
-    """The most utilised links: name, bytes, busy time, utilisation (bytes / (bandwidth x step)),
-    peak concurrent flows."""
+    """The most utilised links, hottest first (sim.results.links.link_row for each)."""
     stats = link_stats(log)
-    return [
-        {
-            "link": stats.names[link],
-            "bytes": float(stats.bytes[link]),
-            "busy_s": float(stats.busy_s[link]),
-            "utilisation": float(stats.utilisation[link]),
-            "peak_flows": int(stats.peak_flows[link]),
-        }
-        for link in hottest_links(stats, count).tolist()
-    ]
+    return [link_row(stats, link) for link in hottest_links(stats, count).tolist()]
