@@ -21,10 +21,16 @@ from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
 def _run(args: argparse.Namespace) -> int:
     from clustersim.sim.build import program_of
     from clustersim.sim.progress import op_progress
-    from clustersim.sim.report import output_files, terminal_summary, write_outputs
+    from clustersim.sim.report import PLOTS, output_files, terminal_summary, write_outputs
+    from clustersim.sim.results.csv_tables import csv_text, rank_rows
     from clustersim.sim.results.memory import capacity_message
     from clustersim.sim.run import simulate
 
+    try:
+        skipped = (PLOTS if args.no_plots else ()) + (("trace.json",) if args.no_trace else ())
+        files = output_files(args.outputs, skipped + (("program.txt",) if args.no_program else ()))
+    except ValueError as exc:
+        raise ScenarioError("(command line)", "--outputs", str(exc)) from None
     scenario = load_scenario(args.scenario)
     out = check_target(Path(args.output) if args.output else scenario.output_dir)  # before any simulation
     with locked(out):
@@ -34,15 +40,16 @@ def _run(args: argparse.Namespace) -> int:
         over = capacity_message(result.summary["memory_peak_bytes_per_rank"], result.summary["memory_capacity_bytes"])
         if over and args.strict_memory:
             raise ScenarioError(args.scenario, "cluster.gpu", f"{over} (--strict-memory)")
-        written = {"plots": not args.no_plots, "trace": not args.no_trace, "program": not args.no_program}
-        out_dir = write_outputs(result, out, **written)
+        out_dir = write_outputs(result, out, files)
     p = scenario.parallel
+    notes = sys.stderr if args.format == "csv" else sys.stdout  # csv: stdout holds only the table
     print(
         f"{scenario.name}: {scenario.schedule}, pp={p.pp} x virtual={p.virtual}, dp={p.dp}, ZeRO {p.zero}, "
-        f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}"
+        f"{scenario.num_microbatches} microbatches on {scenario.num_gpus} x {scenario.gpu_spec.name}",
+        file=notes,
     )
-    print(terminal_summary(result))
-    print(f"\nwrote {out_dir}/: {' '.join(output_files(**written))}")
+    print(csv_text(rank_rows(result.summary)) if args.format == "csv" else terminal_summary(result) + "\n", end="")
+    print(f"\nwrote {out_dir}/: {' '.join(files)}", file=notes)
     return 0
 
 
@@ -112,6 +119,19 @@ def parser() -> argparse.ArgumentParser:
         "--strict-memory",
         action="store_true",
         help="fail (exit 2, nothing written) when a rank's peak memory exceeds the GPU's",
+    )
+    run.add_argument(
+        "--outputs",
+        metavar="FILES",
+        help="comma-separated files to write, or plots / tables / all (default all: summary.json, ranks.csv, "
+        "links.csv, gantt.png, trace.json, links.png, memory.png, traffic.png, program.txt); summary.json is "
+        "always written, so --outputs summary.json writes the least (for sweeps)",
+    )
+    run.add_argument(
+        "--format",
+        choices=("text", "csv"),
+        default="text",
+        help="terminal output: the summary and per-rank table (text), or the per-rank table as CSV on stdout (csv)",
     )
     run.add_argument("--no-plots", action="store_true", help="skip the PNGs (and never import matplotlib)")
     run.add_argument("--no-trace", action="store_true", help="skip trace.json (Perfetto), large on big runs")

@@ -35,7 +35,7 @@ def compare_row(result: RunResult) -> dict:
         "exposed_comm_s": means["exposed_comm_s"],
         "alltoall_time_s": float(b.in_kind_s["all_to_all"].mean()),
         "allreduce_time_s": float(b.in_kind_s["all_reduce"].mean()),
-        "bubble_ratio_mean": s["bubble_ratio_mean"],
+        "megatron_bubble_over_ideal_mean": s["megatron_bubble_over_ideal_mean"],
         "mfu": s["mfu"],
         "hottest_links": s["hottest_links"][:HOTTEST],
         "alltoall_busbw_GBps": alltoall_busbw_GBps(result.log, alltoall_sizes(result.program)),

@@ -6,7 +6,7 @@ import json
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -35,34 +35,47 @@ OUTPUT_FILES = (
 )
 
 
-def output_files(plots: bool = True, trace: bool = True, program: bool = True) -> tuple[str, ...]:
-    """The files a run writes, in OUTPUT_FILES order: summary.json and the CSV tables always, the rest when asked."""
-    skipped = (() if plots else PLOTS) + (() if trace else ("trace.json",)) + (() if program else ("program.txt",))
-    return tuple(name for name in OUTPUT_FILES if name not in skipped)
+SHORTHANDS = {"plots": PLOTS, "tables": ("ranks.csv", "links.csv"), "all": OUTPUT_FILES}
 
 
-def write_outputs(
-    result: RunResult, out_dir: Path, plots: bool = True, trace: bool = True, program: bool = True
-) -> Path:
-    """Write summary.json, ranks.csv and links.csv and, unless switched off, the plots (gantt,
-    links, memory, traffic PNGs), trace.json and program.txt.
+def output_files(chosen: str | None = None, skipped: Collection[str] = ()) -> tuple[str, ...]:
+    """The files a run writes, in OUTPUT_FILES order: `chosen` is a comma-separated list of file
+    names or SHORTHANDS (None: all of them), less `skipped`; summary.json is always written (it
+    marks the folder as a run's and carries the scenario). An unknown name raises ValueError
+    listing the valid ones."""
+    names = set(OUTPUT_FILES)
+    if chosen is not None:
+        names = {"summary.json"}
+        for name in filter(None, (part.strip() for part in chosen.split(","))):
+            if name not in OUTPUT_FILES and name not in SHORTHANDS:
+                raise ValueError(f"unknown output {name!r} (valid: {', '.join((*OUTPUT_FILES, *SHORTHANDS))})")
+            names |= set(SHORTHANDS.get(name, (name,)))
+    return tuple(name for name in OUTPUT_FILES if name in names and (name not in skipped or name == "summary.json"))
+
+
+def write_outputs(result: RunResult, out_dir: Path, files: Collection[str] = OUTPUT_FILES) -> Path:
+    """Write the `files` of OUTPUT_FILES (summary.json always): the tables (ranks.csv, links.csv),
+    the plots (gantt, links, memory, traffic PNGs), trace.json and program.txt.
 
     Everything is written into a fresh hidden sibling folder first and moved into place at the
     end (sim.folder.output_folder: only over a previous run's folder), so a failure never leaves a
     half-written run folder behind. matplotlib is imported only
     when plots are drawn, so a batch run (plots off) never loads it.
     """
-    with output_folder(out_dir) as tmp, _beside(partial(_write_plots, result, tmp) if plots else None):
-        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
-        (tmp / "ranks.csv").write_text(csv_text(rank_rows(result.summary)))
-        (tmp / "links.csv").write_text(csv_text(link_rows(link_stats(result.log))))
-        if trace:
+    plots = [name for name in PLOTS if name in files]
+    with output_folder(out_dir) as tmp, _beside(partial(_write_plots, result, tmp, plots) if plots else None):
+        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        if "ranks.csv" in files:
+            (tmp / "ranks.csv").write_text(csv_text(rank_rows(result.summary)))
+        if "links.csv" in files:
+            (tmp / "links.csv").write_text(csv_text(link_rows(link_stats(result.log))))
+        if "trace.json" in files:
             write_trace(
                 result.log,
                 tmp / "trace.json",
                 _gantt_ranks(result) if len(result.log.spans) > MAX_SPAN_EVENTS else None,
             )
-        if program:
+        if "program.txt" in files:
             (tmp / "program.txt").write_text(result.program.to_text() + "\n")
     return Path(out_dir)
 
@@ -109,36 +122,40 @@ def _gantt_ranks(result: RunResult) -> list[int] | None:
     return list(dict.fromkeys(placement[stage] for stage in sorted(placement)))
 
 
-def _write_plots(result: RunResult, tmp: Path) -> None:
-    """gantt.png, links.png, memory.png and traffic.png (the views import matplotlib)."""
+def _write_plots(result: RunResult, tmp: Path, plots: Collection[str]) -> None:
+    """The `plots` of gantt.png, links.png, memory.png and traffic.png (the views import matplotlib)."""
     from clustersim.sim.views.gantt import plot_gantt
     from clustersim.sim.views.links import plot_links
     from clustersim.sim.views.memory import plot_memory
     from clustersim.sim.views.traffic import plot_traffic
 
     sc = result.scenario
-    title = (
-        f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
-        f"step {result.summary['step_time_s'] * 1e3:.2f} ms"
-    )
-    ranks = _gantt_ranks(result)
-    if ranks is not None:
-        title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
-    plot_gantt(result.log, tmp / "gantt.png", title, ranks)
-    plot_links(
-        link_stats(result.log),
-        result.summary["step_time_s"],
-        tmp / "links.png",
-        f"{sc.name}: utilisation of the hottest links",
-        result.graph,
-    )
-    plot_memory(
-        result.memory,
-        sc.gpu_spec.memory_bytes,
-        tmp / "memory.png",
-        f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})",
-    )
-    plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
+    if "gantt.png" in plots:
+        title = (
+            f"{sc.name}: {sc.schedule}, pp={sc.parallel.pp}, {sc.num_microbatches} microbatches, "
+            f"step {result.summary['step_time_s'] * 1e3:.2f} ms"
+        )
+        ranks = _gantt_ranks(result)
+        if ranks is not None:
+            title += f" (pipeline of ranks {', '.join(map(str, ranks))}; {result.log.num_ranks} ranks in all)"
+        plot_gantt(result.log, tmp / "gantt.png", title, ranks)
+    if "links.png" in plots:
+        plot_links(
+            link_stats(result.log),
+            result.summary["step_time_s"],
+            tmp / "links.png",
+            f"{sc.name}: utilisation of the hottest links",
+            result.graph,
+        )
+    if "memory.png" in plots:
+        plot_memory(
+            result.memory,
+            sc.gpu_spec.memory_bytes,
+            tmp / "memory.png",
+            f"{sc.name} (ZeRO {sc.parallel.zero}, dp={sc.parallel.dp})",
+        )
+    if "traffic.png" in plots:
+        plot_traffic(result.log, sc.num_gpus, tmp / "traffic.png", sc.name)
 
 
 def moe_routing_line(s: dict) -> str | None:
@@ -159,6 +176,19 @@ def moe_routing_line(s: dict) -> str | None:
     return line
 
 
+def megatron_bubble_text(over_ideal: float | None) -> str:
+    """Megatron's bubble over ideal time beside ours, when the run has pipeline work."""
+    return "" if over_ideal is None else f"   (Megatron's bubble / ideal time {100 * over_ideal:.2f} %)"
+
+
+def breakdown_line(s: dict) -> str:
+    """Where the mean rank's step goes: compute, each exposed communication kind, bubble (sum = step)."""
+    b = s["time_breakdown_s"]
+    parts = [("compute", b["compute"])] + [(f"exposed {k}", v) for k, v in b["exposed_comm"].items() if v > 0]
+    parts.append(("bubble", b["bubble"]))
+    return "breakdown        " + ", ".join(f"{name} {v * 1e3:.3f} ms" for name, v in parts)
+
+
 def terminal_summary(result: RunResult) -> str:
     """A short per-rank table under a few headline figures; a symmetric run's table lists its
     representatives (the other ranks' rows repeat theirs)."""
@@ -171,7 +201,7 @@ def terminal_summary(result: RunResult) -> str:
         {
             "rank": r,
             "busy_ms": busy[r] * 1e3,
-            "bubble_pct": 100 * s["bubble_ratio_per_rank"][r],
+            "bubble_pct": 100 * s["bubble_fraction_per_rank"][r],
             "inflight": s["peak_inflight_microbatches_per_rank"][r],
             "memory_gib": s["memory_peak_bytes_per_rank"][str(r)]["total"] / 2**30,
             "sent_mb": sum(s["comm_bytes_sent_per_rank"][str(r)].values()) / 1e6,
@@ -191,7 +221,9 @@ def terminal_summary(result: RunResult) -> str:
     )
     lines = [
         f"step time        {s['step_time_s'] * 1e3:.3f} ms",
-        f"bubble (mean)    {100 * s['bubble_ratio_mean']:.2f} %",
+        f"bubble (mean)    {100 * s['bubble_fraction_mean']:.2f} % of the step"
+        + megatron_bubble_text(s["megatron_bubble_over_ideal_mean"]),
+        breakdown_line(s),
         f"TFLOP/s per GPU  {s['tflops_per_gpu']:.1f}   (MFU {100 * s['mfu']:.1f} %)",
     ]
     if s["numerics"] is not None:

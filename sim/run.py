@@ -63,7 +63,7 @@ def simulate(
     )
     # post-process
     memory = memory_of(scenario, log)
-    summary = summarize(scenario, log, memory, numerics.finish() if numerics else None, scale.symmetry)
+    summary = summarize(scenario, program, log, memory, numerics.finish() if numerics else None, scale.symmetry)
     summary["replayed_groups"] = scale.replayed_groups
     if isinstance(scale, Symmetric):
         summary["symmetry"]["messages_per_flow"] = scale.messages_per_flow

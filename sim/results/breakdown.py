@@ -16,9 +16,10 @@ counts only from when its message left the sender: waiting for a stage upstream 
 message in flight is exposed p2p. A collective counts from when the rank joins it, so waiting for
 the group's last member is exposed communication of that kind (as NCCL's kernel time would show it).
 
-Unlike summary.json's bubble_ratio (idle F/B time over the pipeline window), this bubble counts
-the whole step and takes communication out of it: idle time under a collective is "exposed
-communication", not bubble.
+This bubble is summary.json's (`bubble_fraction` = bubble_r / T, and `time_breakdown_s`): it counts
+the whole step and takes communication out of it, so idle time under a collective is "exposed
+communication", not bubble. Megatron's t_pb / t_id (idle over busy forward and backward time in the
+pipeline window) is a different figure and keeps its own name (sim.results.metrics).
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ class Breakdown:
     in_kind_s: dict[str, np.ndarray]
 
     def means(self) -> dict:
-        """Means over ranks; bubble is the remainder, so the identity holds for the means too."""
+        """Means over ranks; bubble is the remainder, so the identity holds for the means too (up
+        to rounding: a remainder a few ulps below 0 is 0, never a negative bubble)."""
         compute, exposed = float(self.compute_s.mean()), {k: float(v.mean()) for k, v in self.exposed_s.items()}
         return {
             "compute_s": compute,
-            "bubble_s": self.step_time_s - compute - sum(exposed.values()),
+            "bubble_s": max(0.0, self.step_time_s - compute - sum(exposed.values())),
             "exposed_comm_s": exposed,
         }
 
@@ -149,7 +151,7 @@ def step_breakdown(
         step,
         union[0][ranks],
         exposed,
-        step - union[0][ranks] - sum(exposed.values()),
+        np.maximum(0.0, step - union[0][ranks] - sum(exposed.values())),  # below 0 only by rounding (ulps)
         {k: union[1 + i][ranks] for i, k in enumerate(EXPOSED_KINDS)},
     )
 

@@ -12,20 +12,26 @@ from clustersim.sim.results.memory import CATEGORIES
 
 
 def rank_rows(summary: dict) -> list[dict[str, object]]:
-    """One row per rank: its bubble ratio, peak in-flight microbatches, memory peak by category
-    (bytes) and bytes sent per stream (0 where a rank sends nothing on a stream)."""
+    """One row per rank: its bubble fraction (of the step), Megatron's bubble over ideal, peak
+    in-flight microbatches, memory peak by category (bytes) and bytes sent per stream (0 where a
+    rank sends nothing on a stream)."""
     memory, sent = summary["memory_peak_bytes_per_rank"], summary["comm_bytes_sent_per_rank"]
     streams = sorted({stream for per_rank in sent.values() for stream in per_rank})
     return [
         {
             "rank": rank,
-            "bubble_ratio": bubble,
+            "bubble_fraction": bubble,
+            "megatron_bubble_over_ideal": over_ideal,
             "peak_inflight_microbatches": inflight,
             **{f"memory_{c}_bytes": memory[str(rank)][c] for c in (*CATEGORIES, "total")},
             **{f"sent_{stream}_bytes": sent.get(str(rank), {}).get(stream, 0.0) for stream in streams},
         }
-        for rank, (bubble, inflight) in enumerate(
-            zip(summary["bubble_ratio_per_rank"], summary["peak_inflight_microbatches_per_rank"])
+        for rank, (bubble, over_ideal, inflight) in enumerate(
+            zip(
+                summary["bubble_fraction_per_rank"],
+                summary["megatron_bubble_over_ideal_per_rank"],
+                summary["peak_inflight_microbatches_per_rank"],
+            )
         )
     ]
 

@@ -38,6 +38,16 @@ def bubble_ratio_per_rank(log: EventLog) -> list[float]:
     return [(window_s - b) / window_s for b in busy]
 
 
+def megatron_bubble_over_ideal_per_rank(log: EventLog) -> list[float | None]:
+    """Megatron's bubble time fraction t_pb / t_id (Narayanan et al. 2021, sec 2.2.1): idle_r / busy_r
+    over the pipeline window, i.e. bubble_r / (1 - bubble_r) with bubble_r from bubble_ratio_per_rank.
+    With equal stage times and free communication it is (p - 1) / m for GPipe and 1F1B and
+    (p - 1) / (v m) interleaved: bubble time against the ideal (bubble-free) time, not a share of
+    the step (summary.json's bubble_fraction is that). A rank with no forward or backward has no
+    ideal time: None (null in JSON)."""
+    return [ratio / (1 - ratio) if ratio < 1 else None for ratio in bubble_ratio_per_rank(log)]
+
+
 def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
     """Most (microbatch, stage) activations a rank holds at once: +1 when a forward starts,
     -1 when its backward ends (an end at the same instant as a start is counted first; an op in

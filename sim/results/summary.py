@@ -3,8 +3,10 @@ memory timeline and the numerics' verdict."""
 
 from __future__ import annotations
 
+from clustersim.schedules.ir import Program
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results import metrics
+from clustersim.sim.results.breakdown import message_departures, step_breakdown
 from clustersim.sim.results.links import hottest_links, link_row, link_stats
 from clustersim.sim.results.memory import MemoryTimeline, memory_peaks, ranks_over_capacity
 from clustersim.sim.scale.symmetry import Symmetry, image_spread_s
@@ -12,7 +14,12 @@ from clustersim.sim.scenario.schema import Scenario
 
 
 def summarize(
-    scenario: Scenario, log: EventLog, memory: MemoryTimeline, numerics: dict | None, symmetry: Symmetry | None = None
+    scenario: Scenario,
+    program: Program,
+    log: EventLog,
+    memory: MemoryTimeline,
+    numerics: dict | None,
+    symmetry: Symmetry | None = None,
 ) -> dict:
     """The documented summary.json keys (see README, "Outputs"). With `symmetry` the log holds the
     representatives' spans only (and every image's flows): per-rank figures are theirs, copied to
@@ -20,15 +27,29 @@ def summarize(
     gpus, gpu = scenario.num_gpus, scenario.gpu_spec
     expand = symmetry.expand if symmetry is not None else (lambda per_rank: per_rank)
     images = symmetry.images_per_rank if symmetry is not None else 1
-    bubbles = expand(metrics.bubble_ratio_per_rank(log))
+    step_s = metrics.step_time_s(log)
+    breakdown = step_breakdown(log, step_s, message_departures(program, log))
+    bubbles = [0.0] * log.num_ranks
+    for rank, bubble_s in zip(log.averaged_ranks, breakdown.bubble_s.tolist()):
+        bubbles[rank] = bubble_s / step_s if step_s > 0 else 0.0
+    megatron = metrics.megatron_bubble_over_ideal_per_rank(log)
+    over_ideal = [x for x in (megatron[rank] for rank in log.averaged_ranks) if x is not None]
     peaks = expand(memory_peaks(memory))
     if not isinstance(peaks, dict):  # expand keeps a dict by str(rank) one (it is annotated list | dict)
         raise TypeError(f"memory peaks expanded to a {type(peaks).__name__}, not a dict by rank")
+    means = breakdown.means()
     return {
         "scenario_name": scenario.name,
-        "step_time_s": metrics.step_time_s(log),
-        "bubble_ratio_per_rank": bubbles,
-        "bubble_ratio_mean": sum(bubbles) / len(bubbles),
+        "step_time_s": step_s,
+        "time_breakdown_s": {
+            "compute": means["compute_s"],
+            "exposed_comm": means["exposed_comm_s"],
+            "bubble": means["bubble_s"],
+        },
+        "bubble_fraction_per_rank": expand(bubbles),
+        "bubble_fraction_mean": means["bubble_s"] / step_s if step_s > 0 else 0.0,
+        "megatron_bubble_over_ideal_per_rank": expand(megatron),
+        "megatron_bubble_over_ideal_mean": sum(over_ideal) / len(over_ideal) if over_ideal else None,
         "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus // images),
         "mfu": metrics.mfu(log, gpus // images, gpu.peak_flops),
         "peak_inflight_microbatches_per_rank": expand(metrics.peak_inflight_microbatches_per_rank(log)),

@@ -10,6 +10,7 @@ import pytest
 
 from clustersim.sim.cli import main
 from clustersim.sim.folder import MARKER
+from clustersim.sim.report import OUTPUT_FILES
 
 from repo import ROOT
 
@@ -308,3 +309,34 @@ def test_a_batch_run_writes_only_the_summary_and_tables_and_never_imports_matplo
     assert not [m for m in imported if m.startswith("matplotlib")]
     assert sorted(p.name for p in out.iterdir()) == [MARKER, "links.csv", "ranks.csv", "summary.json"]
     assert "wrote" in proc.stdout and "summary.json" in proc.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "outputs,written",
+    [
+        ("summary.json", ["summary.json"]),
+        ("tables", ["links.csv", "ranks.csv", "summary.json"]),
+        ("gantt.png, program.txt", ["gantt.png", "program.txt", "summary.json"]),
+    ],
+)
+def test_outputs_writes_the_files_named_and_always_the_summary(tmp_path, capsys, outputs, written):
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "-o", str(out), "--outputs", outputs]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([MARKER, *written])
+    assert capsys.readouterr().out.splitlines()[-1].endswith(" ".join(sorted(written, key=OUTPUT_FILES.index)))
+
+
+def test_outputs_rejects_an_unknown_name_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "-o", str(out), "--outputs", "gantt"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--outputs: unknown output 'gantt'" in err and "gantt.png" in err
+    assert not out.exists()
+
+
+def test_format_csv_puts_only_the_rank_table_on_stdout(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["run", str(ROOT / "scenarios" / "quickstart.yaml"), "-o", str(out), "--outputs", "tables"]
+    assert main([*args, "--format", "csv"]) == 0
+    stdout = capsys.readouterr().out
+    assert stdout == (out / "ranks.csv").read_text()  # the same table the file holds, and nothing else

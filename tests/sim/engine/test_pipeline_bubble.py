@@ -9,7 +9,13 @@ from clustersim.schedules.pipeline import SCHEDULES, build_program, rank_order, 
 from clustersim.schedules.validate import validate
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.network.network import Network
-from clustersim.sim.results.metrics import bubble_ratio_per_rank, peak_inflight_microbatches_per_rank, step_time_s
+from clustersim.sim.results.breakdown import message_departures, step_breakdown
+from clustersim.sim.results.metrics import (
+    bubble_ratio_per_rank,
+    megatron_bubble_over_ideal_per_rank,
+    peak_inflight_microbatches_per_rank,
+    step_time_s,
+)
 from clustersim.topologies.switch import switch
 
 FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
@@ -18,6 +24,13 @@ FORWARD_S, BACKWARD_S = 1.0, 2.0  # equal stage times, backward = 2 x forward
 def run_free_comm(kind: str, p: int, m: int, v: int = 1):
     """Equal stage times and free communication (zero bytes, zero latency); with v chunks per rank
     each chunk takes 1/v of a rank's forward and backward time."""
+    program = free_comm_program(kind, p, m, v)
+    network = Network(simpy.Environment(), switch(p, 1e9, 0.0))
+    return run_program(program, network, compute_time_s=lambda op: op.flops)
+
+
+def free_comm_program(kind: str, p: int, m: int, v: int = 1):
+    """The validated program run_free_comm runs (compute ops' flops are their seconds)."""
     program = build_program(
         rank_order(kind, p, m, v),
         m,
@@ -27,8 +40,7 @@ def run_free_comm(kind: str, p: int, m: int, v: int = 1):
         backward_flops=lambda s: BACKWARD_S / v,
     )
     validate(program)
-    network = Network(simpy.Environment(), switch(p, 1e9, 0.0))
-    return run_program(program, network, compute_time_s=lambda op: op.flops)
+    return program
 
 
 @pytest.mark.parametrize("kind", sorted(SCHEDULES))
@@ -53,6 +65,23 @@ def test_interleaved_bubble_is_p_minus_1_over_v_m_plus_p_minus_1(v):
             for rank, ratio in enumerate(bubble_ratio_per_rank(log)):
                 assert ratio == pytest.approx(expected, abs=1e-12), (p, v, m, rank)
             assert step_time_s(log) == pytest.approx((v * m + p - 1) * (FORWARD_S + BACKWARD_S) / v, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kind,v", [("gpipe", 1), ("1f1b", 1), ("interleaved", 1), ("interleaved", 2), ("interleaved", 4)]
+)
+def test_megatron_bubble_over_ideal_is_p_minus_1_over_v_m(kind, v):
+    """Narayanan et al. 2021, sec 2.2.1-2.2.2: bubble time fraction t_pb / t_id = (p - 1) / m, and
+    (p - 1) / (v m) with v chunks; and with free communication and no optimizer cost, the bubble
+    as a share of the step (the breakdown's) is (p - 1) / (v m + p - 1)."""
+    for p in range(2, 7):
+        for m in range(p, 3 * p + 1, p):
+            log = run_free_comm(kind, p, m, v)
+            for rank, over_ideal in enumerate(megatron_bubble_over_ideal_per_rank(log)):
+                assert over_ideal == pytest.approx((p - 1) / (v * m), abs=1e-12), (kind, p, v, m, rank)
+            sent_s = message_departures(free_comm_program(kind, p, m, v), log)
+            fraction = step_breakdown(log, sent_s=sent_s).bubble_s / step_time_s(log)
+            assert fraction.tolist() == pytest.approx([(p - 1) / (v * m + p - 1)] * p, abs=1e-12)
 
 
 def test_interleaved_on_one_rank_hands_over_locally_with_no_bubble():

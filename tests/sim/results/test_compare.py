@@ -175,7 +175,7 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
         "exposed_comm_s",
         "alltoall_time_s",
         "allreduce_time_s",
-        "bubble_ratio_mean",
+        "megatron_bubble_over_ideal_mean",
         "mfu",
         "hottest_links",
         "alltoall_busbw_GBps",

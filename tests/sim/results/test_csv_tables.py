@@ -25,7 +25,8 @@ def test_run_writes_tables_that_read_back_to_the_summary_and_the_links(out_dir, 
     assert [int(r["rank"]) for r in ranks] == list(range(4))
     for r in ranks:
         rank = int(r["rank"])
-        assert float(r["bubble_ratio"]) == summary["bubble_ratio_per_rank"][rank]  # exact: repr round-trips
+        assert float(r["bubble_fraction"]) == summary["bubble_fraction_per_rank"][rank]  # exact: repr round-trips
+        assert float(r["megatron_bubble_over_ideal"]) == summary["megatron_bubble_over_ideal_per_rank"][rank]
         assert int(r["peak_inflight_microbatches"]) == summary["peak_inflight_microbatches_per_rank"][rank]
         assert float(r["memory_total_bytes"]) == summary["memory_peak_bytes_per_rank"][str(rank)]["total"]
         assert float(r["sent_send_bytes"]) == summary["comm_bytes_sent_per_rank"][str(rank)].get("send", 0.0)

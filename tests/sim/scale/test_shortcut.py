@@ -52,8 +52,8 @@ def test_replayed_collectives_change_nothing(case):
     else:
         assert fast["summary"]["symmetry"] is None
     assert fast["summary"]["step_time_s"] == pytest.approx(exact["summary"]["step_time_s"], rel=1e-9)
-    assert fast["summary"]["bubble_ratio_per_rank"] == pytest.approx(
-        exact["summary"]["bubble_ratio_per_rank"], rel=1e-9, abs=1e-12
+    assert fast["summary"]["bubble_fraction_per_rank"] == pytest.approx(
+        exact["summary"]["bubble_fraction_per_rank"], rel=1e-9, abs=1e-12
     )
     np.testing.assert_allclose(fast["link_bytes"], exact["link_bytes"], rtol=1e-12)
     np.testing.assert_allclose(fast["over_time"], exact["over_time"], rtol=1e-9, atol=1e-12)  # links.png's heatmap
