@@ -33,6 +33,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ScenarioError("(command line)", "--outputs", str(exc)) from None
     scenario = load_scenario(args.scenario)
     out = check_target(Path(args.output) if args.output else scenario.output_dir)  # before any simulation
+    check_resources(args.scenario, scenario, args.max_memory)
     with locked(out):
         program = program_of(scenario)
         with op_progress(sum(len(ops) for ops in program.ops.values()), scenario.name) as on_progress:
@@ -53,6 +54,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_resources(source: str, scenario, max_memory: str | None) -> None:
+    """Refuse (ScenarioError, exit 2) a run whose estimated memory exceeds --max-memory (default:
+    sim.preflight's share of the memory free now), before anything big is built."""
+    from clustersim.sim.preflight import default_limit_bytes, refusal
+    from clustersim.sim.scenario.units import parse_bytes
+
+    try:
+        limit = parse_bytes(max_memory) if max_memory is not None else default_limit_bytes()
+    except ValueError as exc:
+        raise ScenarioError("(command line)", "--max-memory", str(exc)) from None
+    if why := refusal(scenario, limit):
+        raise ScenarioError(source, "(resources)", why)
+
+
 def _compare(args: argparse.Namespace) -> int:
     from clustersim.sim.build import program_of
     from clustersim.sim.compare import OUTPUT_FILES, default_dir, write_compare
@@ -67,6 +82,8 @@ def _compare(args: argparse.Namespace) -> int:
             f"compare needs at least two scenarios (files, or a file's variants), got {len(scenarios)}",
         )
     out = check_target(Path(args.output) if args.output else default_dir([s.name for s in scenarios]))
+    for scenario in scenarios:
+        check_resources(scenario.name, scenario, args.max_memory)
     with locked(out):
         programs = [program_of(scenario) for scenario in scenarios]
         results = []
@@ -104,6 +121,12 @@ def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_MEMORY_HELP = (
+    "refuse (exit 2, before building) a run estimated to need more memory than SIZE, e.g. 64GB "
+    "(default: 80%% of the memory free when it starts)"
+)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="clustersim", description="Simulate LLM training on a GPU cluster.")
     top.add_argument("--version", action="version", version=f"clustersim {version()}")
@@ -133,6 +156,7 @@ def parser() -> argparse.ArgumentParser:
         default="text",
         help="terminal output: the summary and per-rank table (text), or the per-rank table as CSV on stdout (csv)",
     )
+    run.add_argument("--max-memory", metavar="SIZE", help=MAX_MEMORY_HELP)
     run.add_argument("--no-plots", action="store_true", help="skip the PNGs (and never import matplotlib)")
     run.add_argument("--no-trace", action="store_true", help="skip trace.json (Perfetto), large on big runs")
     run.add_argument("--no-program", action="store_true", help="skip program.txt (every rank's op list)")
@@ -142,6 +166,7 @@ def parser() -> argparse.ArgumentParser:
         "scenarios", nargs="+", metavar="SCENARIO", help="two or more scenario YAML files, or files with variants"
     )
     comp.add_argument("-o", "--output", help="output folder (default: runs/compare-<name1>-vs-<name2>...)")
+    comp.add_argument("--max-memory", metavar="SIZE", help=MAX_MEMORY_HELP)
     comp.set_defaults(func=_compare)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
     schema.set_defaults(func=_schema)

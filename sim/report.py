@@ -74,6 +74,9 @@ def write_outputs(result: RunResult, out_dir: Path, files: Collection[str] = OUT
                 result.log,
                 tmp / "trace.json",
                 _gantt_ranks(result) if len(result.log.spans) > MAX_SPAN_EVENTS else None,
+                program=result.program,
+                memory=result.memory,
+                links=link_stats(result.log),
             )
         if "program.txt" in files:
             (tmp / "program.txt").write_text(result.program.to_text() + "\n")

@@ -67,6 +67,10 @@ COLUMNS = [
 ]
 
 
+MAX_SIZE = 2**50  # 1 PiB: far past any buffer, and every size stays an exact float
+MAX_ROWS = 1000  # sizes in one sweep
+
+
 def parse_sizes(text: str) -> list[int]:
     """'1KiB:1GiB' -> 1 KiB, 2 KiB, ..., 1 GiB (x2 steps, like nccl-tests -b 1K -e 1G -f 2);
     'MIN:MAX:F' steps by F; a single size is a sweep of one. ValueError on a bad sweep."""
@@ -78,10 +82,12 @@ def parse_sizes(text: str) -> list[int]:
     factor = _factor(parts[2]) if len(parts) > 2 else 2.0
     if not factor > 1:
         raise ValueError(f"{text!r}: the step factor must be a number > 1, got {parts[2]!r}")
-    if not (low >= 1 and low == int(low) and high == int(high)):
-        raise ValueError(f"{text!r}: sizes must be whole numbers of bytes >= 1")
+    if not (1 <= low <= MAX_SIZE and 1 <= high <= MAX_SIZE and low == int(low) and high == int(high)):
+        raise ValueError(f"{text!r}: sizes must be whole numbers of bytes from 1 to {MAX_SIZE:,} (1 PiB)")
     if high < low:
         raise ValueError(f"{text!r}: the largest size is below the smallest")
+    if (count := math.floor(math.log(high / low, factor) + 1e-9) + 1) > MAX_ROWS:
+        raise ValueError(f"{text!r}: {count:,} sizes; at most {MAX_ROWS} (a larger step factor)")
     sizes, size = [], low
     while size <= high * (1 + 1e-12):
         sizes.append(int(round(size)))

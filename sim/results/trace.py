@@ -10,6 +10,9 @@ Mapping:
                          log.link_names[link]); flows that overlap on one link go to extra lanes
                          "<link> #2", ... because "X" events on one thread must nest.
 
+On top of these, arrows from sends to receives and counter tracks of memory and link utilisation
+(sim.results.trace_overlays).
+
 Ids start at 1, not 0: Perfetto treats pid 0 as the kernel's idle process and has merged tid 0 with
 tid 1 (google/perfetto#394, thoren-d/tracing-chrome#32). Open the file at https://ui.perfetto.dev.
 The output is deterministic: events in a fixed order.
@@ -24,8 +27,11 @@ from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii as quote  # json.dumps of a str, as C
 from pathlib import Path
 
+from clustersim.schedules.ir import Program
 from clustersim.sim.engine.records import EventLog
-from clustersim.sim.network.records import FlowSpan
+from clustersim.sim.network.records import FlowSpan, LinkStats
+from clustersim.sim.results.memory import MemoryTimeline
+from clustersim.sim.results.trace_overlays import link_counters, memory_counters, p2p_arrows
 
 US_PER_S = 1e6
 STREAM_ORDER = ("compute", "send", "recv")  # then any other stream, by name
@@ -82,22 +88,37 @@ def _number(value) -> str:
     return json.dumps(value)
 
 
-def trace_text(log: EventLog, ranks: list[int] | None = None) -> str:
+def trace_text(
+    log: EventLog,
+    ranks: list[int] | None = None,
+    program: Program | None = None,
+    memory: MemoryTimeline | None = None,
+    links: LinkStats | None = None,
+) -> str:
     """The trace as compact JSON text, {"displayTimeUnit": "ms", "traceEvents": [...]} with every
     object's keys in sorted order (see module docstring). `ranks`: only these ranks' spans (a big
     run's trace would be too large to open), the network process's name saying how many were
     left out. Each event's text is formatted directly (the same bytes json.dumps would write), so
-    a trace of millions of events needs no dict per event and no encoder pass over them."""
+    a trace of millions of events needs no dict per event and no encoder pass over them. Given
+    `program`, `memory` or `links`, the overlays of sim.results.trace_overlays: send -> receive
+    arrows, memory counters per rank, utilisation counters of the hottest links."""
     meta, events = _rank_events(log, ranks)
     net_meta, net_events = _network_events(log)
+    kept = set(range(log.num_ranks) if ranks is None else ranks)
+    if program is not None:
+        events += p2p_arrows(program, log, kept, rank_pid, stream_tids(log))
+    if memory is not None:
+        events += memory_counters(memory, kept, rank_pid)
+    if links is not None and net_meta:
+        net_events += link_counters(links, rank_pid(log.num_ranks))
     ordered = sorted(events + net_events, key=_EVENT_ORDER)  # stable: ties keep ranks' events first
     texts = meta + net_meta + [text for *_, text in ordered]
     return '{"displayTimeUnit":"ms","traceEvents":[' + ",".join(texts) + "]}"
 
 
-def chrome_trace(log: EventLog, ranks: list[int] | None = None) -> dict:
+def chrome_trace(log: EventLog, ranks: list[int] | None = None, **overlays) -> dict:
     """The trace as a dict (what `trace_text` writes, read back)."""
-    return json.loads(trace_text(log, ranks))
+    return json.loads(trace_text(log, ranks, **overlays))
 
 
 Event = tuple[int, int, float, str, str]  # (pid, tid, ts, name, JSON text): sorted on the first four
@@ -193,6 +214,6 @@ def _network_events(log: EventLog) -> tuple[list[str], list[Event]]:
     return meta, events
 
 
-def write_trace(log: EventLog, path: str | Path, ranks: list[int] | None = None) -> None:
-    """Write `trace_text(log, ranks)`, one line."""
-    Path(path).write_text(trace_text(log, ranks) + "\n")
+def write_trace(log: EventLog, path: str | Path, ranks: list[int] | None = None, **overlays) -> None:
+    """Write `trace_text(log, ranks, **overlays)`, one line."""
+    Path(path).write_text(trace_text(log, ranks, **overlays) + "\n")

@@ -385,6 +385,19 @@ def test_parse_sizes_doubles_like_nccl_tests():
     assert parse_sizes("1KiB:16KiB:4") == [KiB, 4 * KiB, 16 * KiB]
 
 
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("1e400", "from 1 to"),  # found by the command-line fuzz test: an OverflowError
+        ("2PiB", "from 1 to"),
+        ("1:1PiB:1.001", "34,675 sizes; at most 1000"),  # would sweep for hours
+    ],
+)
+def test_parse_sizes_refuses_sweeps_out_of_bounds(text, reason):
+    with pytest.raises(ValueError, match=reason):
+        parse_sizes(text)
+
+
 def test_cli_prints_an_nccl_tests_table(capsys):
     assert (
         main(
