@@ -13,6 +13,7 @@ pixel are drawn as one: hundreds of thousands of spans cost what the pixels they
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -116,6 +117,9 @@ def _box(x0: float, x1: float, y_top: float, height: float, min_width: float) ->
     return [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
 
 
+CHAR_WIDTH_EM = 0.55  # mean width of a DejaVu Sans character, in ems
+
+
 def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | None = None) -> None:
     """Write a PNG Gantt chart of `log` to `path` (see the module docstring for the layout), of
     `ranks` only, in that order, when given."""
@@ -159,7 +163,9 @@ def plot_gantt(log: EventLog, path: str | Path, title: str, ranks: list[int] | N
     ax.grid(axis="x", color="#e6e6e6", linewidth=0.6, zorder=0)
     ax.set_axisbelow(True)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_title(f"{title}    makespan {makespan * scale:.4g} {unit}", fontsize=11)
+    full = f"{title}    makespan {makespan * scale:.4g} {unit}"
+    chars = int(0.8 * FIG_W_IN * 72 / (10 * CHAR_WIDTH_EM))  # what fits above the axes at 10 pt
+    ax.set_title("\n".join(textwrap.wrap(full, chars, max_lines=2, placeholder=" ...")), fontsize=10)
     handles = [Patch(facecolor=c, alpha=a, edgecolor="#222222", linewidth=0.4, label=p) for p, (c, a) in styles.items()]
     if handles:
         ax.legend(

@@ -23,7 +23,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
-from matplotlib.colors import Normalize
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -50,6 +50,26 @@ KIND_LEVEL = {
     "router": 4.0,
 }
 LOAD_CMAP = "plasma"
+IDLE_COLOUR = "#cfcfcf"  # a link that carried nothing
+LOWEST_SHOWN = 1e-3  # utilisation at the bottom of the log colour scale; anything lower but > 0 gets its colour
+
+
+def load_colours():
+    """(colormap, norm) of link utilisation, shared by every panel that colours links: a log
+    scale from 0.1% to 100%, so a lightly used link is not lost in the dark end, and grey for an
+    idle one (0 is masked by the log scale and drawn in the colormap's "bad" colour)."""
+    cmap = colormaps[LOAD_CMAP].with_extremes(bad=IDLE_COLOUR, under=colormaps[LOAD_CMAP](0.0))
+    return cmap, LogNorm(LOWEST_SHOWN, 1.0)
+
+
+def load_colourbar(fig: Figure, axes) -> None:
+    """One colour bar of load_colours for `axes` (one axis or a list)."""
+    cmap, norm = load_colours()
+    fig.colorbar(
+        ScalarMappable(norm=norm, cmap=cmap), ax=axes, extend="min", label="link utilisation (log scale; grey: idle)"
+    )
+
+
 DPI = 120
 MAX_LABELLED_GPUS = 32
 
@@ -162,12 +182,13 @@ def draw_topology(graph, path: str | Path, title: str, link_load: dict | None = 
     fig.savefig(path, format="png", metadata={"Software": None})
 
 
-def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None = None) -> None:
-    """Draw the graph into `ax` of `fig` (for figures with other panels, e.g. links.png)."""
+def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None = None, colourbar: bool = True) -> None:
+    """Draw the graph into `ax` of `fig` (for figures with other panels, e.g. links.png, which
+    draws one colour bar for all of them: `colourbar` False)."""
     pos = layout(graph)
     links = _duplex_links(graph, link_load)
     num_gpus = sum(1 for _, d in graph.nodes(data=True) if d[KIND] == "gpu")
-    cmap, norm = colormaps[LOAD_CMAP], Normalize(0.0, 1.0)
+    cmap, norm = load_colours()
     for wraps in (False, True):
         chosen = [link for link in links if link[3] == wraps]
         if not chosen:
@@ -176,7 +197,7 @@ def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None 
         if link_load is None:
             colours = ["#9a9a9a"] * len(chosen)
         else:
-            colours = [cmap(norm(min(max(load, 0.0), 1.0))) for _, _, load, _ in chosen]
+            colours = [cmap(norm(min(load, 1.0))) if load > 0 else IDLE_COLOUR for _, _, load, _ in chosen]
         width = 1.6 if link_load is not None else 0.8
         ax.add_collection(
             LineCollection(
@@ -218,8 +239,8 @@ def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None 
         for n, d in graph.nodes(data=True):
             if d[KIND] == "gpu":
                 ax.annotate(str(d[GPU_INDEX]), pos[n], fontsize=6, ha="center", va="center", color="white", zorder=3)
-    if link_load is not None:
-        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="link utilisation (max of both directions)")
+    if link_load is not None and colourbar:
+        load_colourbar(fig, ax)
     ax.legend(
         handles=handles,
         loc="upper left",
