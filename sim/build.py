@@ -63,10 +63,11 @@ def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
     return [{stage: ranks[r] for stage, r in local.items()} for ranks in pipelines_of(layout_of(scenario))]
 
 
-def make_program(scenario: Scenario, representatives: Collection[int] | None = None) -> Program:
+def make_program(scenario: Scenario, representatives: Collection[int] | None = None, check: bool = True) -> Program:
     """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
     shard), then the tensor-parallel and the data-parallel / ZeRO collectives. `representatives`:
-    build only the pipelines of these ranks (a program of representatives, sim.symmetry)."""
+    build only the pipelines of these ranks (a program of representatives, sim.symmetry). `check`
+    False skips the validation (sim.preflight only counts the ops of programs it never runs)."""
     p, m = scenario.parallel, scenario.model_spec
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
@@ -113,6 +114,8 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     program = add_data_parallel(
         program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
     )
+    if not check:
+        return program
     if representatives is None:
         validate(program)
     else:
