@@ -117,7 +117,7 @@ def _schedule(args: argparse.Namespace) -> int:
         forward_flops=lambda s: 0.0,
         backward_flops=lambda s: 0.0,
     )
-    print(json.dumps(compute_order_json(program)) if args.json else compute_grid(program))
+    print(json.dumps(compute_order_json(program), allow_nan=False) if args.json else compute_grid(program))
     return 0
 
 

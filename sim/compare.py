@@ -115,7 +115,7 @@ def write_compare(results: list[RunResult], out_dir: Path) -> tuple[Path, str]:
     rows = [compare_row(r) for r in results]
     table = markdown(rows)
     with output_folder(out_dir, kind="compare") as tmp:
-        (tmp / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+        (tmp / "compare.json").write_text(json.dumps(rows, indent=2, allow_nan=False) + "\n")
         (tmp / "compare.md").write_text(table)
         from clustersim.sim.views.compare import plot_compare  # matplotlib only when drawing
 

@@ -73,7 +73,7 @@ def _meta(pid: int, tid: int, name: str, value) -> str:
 
 
 def _compact(value) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
 
 def _number(value) -> str:
@@ -85,7 +85,7 @@ def _number(value) -> str:
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
         return float.__repr__(value)
-    return json.dumps(value)
+    return json.dumps(value, allow_nan=False)
 
 
 def trace_text(

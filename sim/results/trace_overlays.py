@@ -85,4 +85,4 @@ def _counter(name: str, pid: int, ts: float, args: dict[str, float]) -> str:
 
 
 def _compact(event: dict) -> str:
-    return json.dumps(event, separators=(",", ":"), sort_keys=True)
+    return json.dumps(event, separators=(",", ":"), sort_keys=True, allow_nan=False)

@@ -340,3 +340,19 @@ def test_format_csv_puts_only_the_rank_table_on_stdout(tmp_path, capsys):
     assert main([*args, "--format", "csv"]) == 0
     stdout = capsys.readouterr().out
     assert stdout == (out / "ranks.csv").read_text()  # the same table the file holds, and nothing else
+
+
+def strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, which JSON does not have (Python writes them unless told not to)."""
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_a_run_writes_is_valid_json(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "-o", str(out), "--outputs", "trace.json"]) == 0
+    for name in ("summary.json", "trace.json"):
+        assert strict_json((out / name).read_text())
