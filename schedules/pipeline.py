@@ -171,6 +171,7 @@ class Schedule:
     sizes: SizesRule  # raises ScheduleError naming the knob at fault
     chunks_per_rank: bool = False  # whether it runs several model chunks per rank (virtual > 1)
     placement: Placement = stage_ranks  # stage -> rank for (num_ranks, virtual): looped or V
+    splits_backward: bool = False  # whether its order splits backwards into B and W
 
     def check(self, name: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
         """Raise ScheduleError (naming the knob at fault) unless the schedule can run these sizes."""
@@ -193,10 +194,12 @@ SCHEDULES: dict[str, Schedule] = {
     "gpipe": Schedule(gpipe_order, one_stage_per_rank),
     "1f1b": Schedule(one_f_one_b_order, one_stage_per_rank),
     "interleaved": Schedule(interleaved_order, interleaved_sizes, chunks_per_rank=True),
-    "zb-h1": Schedule(zb_h1_order, zb_h1_sizes),
-    "interleaved-zb": Schedule(interleaved_zb_order, interleaved_zb_sizes, chunks_per_rank=True),
-    "zbv": Schedule(zbv_order, v_sizes, chunks_per_rank=True, placement=v_stage_ranks),
-    "dualpipev": Schedule(dualpipev_order, dualpipev_sizes, chunks_per_rank=True, placement=v_stage_ranks),
+    "zb-h1": Schedule(zb_h1_order, zb_h1_sizes, splits_backward=True),
+    "interleaved-zb": Schedule(interleaved_zb_order, interleaved_zb_sizes, chunks_per_rank=True, splits_backward=True),
+    "zbv": Schedule(zbv_order, v_sizes, chunks_per_rank=True, placement=v_stage_ranks, splits_backward=True),
+    "dualpipev": Schedule(
+        dualpipev_order, dualpipev_sizes, chunks_per_rank=True, placement=v_stage_ranks, splits_backward=True
+    ),
     "looped-bfs": Schedule(looped_bfs_order, looped_bfs_sizes, chunks_per_rank=True),
 }
 

@@ -192,3 +192,23 @@ def test_without_a_bias_the_rank_with_more_rows_is_the_straggler():
     seconds = [experts_piece_seconds(result, r) for r in range(2)]
     assert seconds[0] / seconds[1] == pytest.approx(rank_rows[0] / rank_rows[1], rel=1e-9)
     assert result.summary["alltoall_straggler_rank"] == int(np.argmax(rank_rows))
+
+
+# The schedules that split backwards (B: input gradient, W: weight gradient, accumulated only when
+# W runs) and looped BFS, through pipeline 1, 2 (V placement for zbv and dualpipev), data parallel
+# 1, 2 with ZeRO 0 and 3; tensor parallelism does not run them (the scenario check says so).
+NEW_SCHEDULES = ("zb-h1", "interleaved-zb", "zbv", "dualpipev", "looped-bfs")
+SPLIT_CASES = [
+    (1, pp, dp, False, zero, schedule, recompute)
+    for schedule in NEW_SCHEDULES
+    for pp, dp in itertools.product((1, 2), (1, 2))
+    for zero in ((0, 3) if dp > 1 else (0,))
+    for recompute in (("none", "full") if (pp, dp) == (2, 1) else ("none",))
+]
+
+
+@pytest.mark.parametrize("tp,pp,dp,sp,zero,schedule,recompute", SPLIT_CASES)
+def test_split_backward_schedules_match_one_device(tp, pp, dp, sp, zero, schedule, recompute):
+    summary = run(tp, pp, dp, sp, zero, schedule, recompute)
+    assert summary["numerics_max_rel_err"] < 1e-10
+    assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)

@@ -434,7 +434,21 @@ BAD = [
         "unknown_schedule",
         variant(("schedule", "zb-v")),
         "schedule",
-        r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved\)$",
+        r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved, zb-h1, interleaved-zb, zbv, dualpipev, "
+        r"looped-bfs\)$",
+    ),
+    (
+        "split_backward_with_tp",
+        variant(("schedule", "zb-h1"), ("parallel.pp", 2), ("parallel.tp", 2)),
+        "schedule",
+        r"'zb-h1' splits backwards into B and W, which the tensor- and expert-parallel pieces do not model yet: "
+        r"parallel.tp and parallel.ep must be 1, got 2 and 1$",
+    ),
+    (
+        "v_schedule_needs_two_chunks",
+        variant(("schedule", "zbv")),
+        "parallel.virtual",
+        r"schedule 'zbv' runs two chunks per rank in a V: virtual must be 2, got 1$",
     ),
     (
         "unknown_topology_kind",
