@@ -27,6 +27,7 @@ from clustersim.sim.cost.stages import (
     stage_params,
     stage_weight_gradient_flops,
     tensor_parallel_item_flops,
+    tensor_parallel_item_weight_flops,
     weight_bytes,
 )
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
@@ -111,6 +112,7 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
             grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
             alltoall_bytes=alltoall_bytes(scenario),
             counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
+            item_weight_flops=tensor_parallel_item_weight_flops(scenario),
         ),
     )
     program = add_data_parallel(

@@ -88,6 +88,23 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     return lambda item, stage: flops[item]
 
 
+def tensor_parallel_item_weight_flops(scenario: Scenario) -> Callable[[str, int], float]:
+    """The weight-gradient FLOPs on one rank of each backward work item (see
+    `stage_weight_gradient_flops`): the forward FLOPs of its weight matmuls, an attention item's
+    less its core Q K^T and scores x V (4 b s^2 h / t), which has no weights."""
+    forward = tensor_parallel_item_flops(scenario)
+    m, b, tp = scenario.model_spec, scenario.training.micro_batch, scenario.parallel.tp
+    core = 4.0 * b * m.seq_len * m.seq_len * m.hidden / tp
+
+    def weight(item: str, stage: int) -> float:
+        phase, _, name = item.partition(".")
+        if phase != "B":
+            return 0.0
+        return forward(f"F.{name}", stage) - (core if name == "attn" else 0.0)
+
+    return weight
+
+
 def routed_expert_params(scenario: Scenario, stage: int, experts: int) -> float:
     """Parameters of `experts` routed experts in each of the stage's MoE layers (whole, not split)."""
     m = scenario.model_spec

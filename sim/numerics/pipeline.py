@@ -126,15 +126,8 @@ class PipelineNumerics:
             run = stage.forward(mb, inp, self._microbatch(self.targets, mb) if stage.is_last else None)
         elif op.phase == Phase.B:
             dout = None if stage.is_last else self._take(rank, op, MessageTag(Phase.B, mb, s + 1), "gradient")
-            if (mb, s) in self.step.split_backward:
-                if not isinstance(stage, StageModel):
-                    raise RuntimeError(
-                        f"rank {rank}, {op.label}: a split backward on a tensor- or expert-parallel stage"
-                    )
-                run = stage.backward(mb, dout, split=True)
-            else:
-                run = stage.backward(mb, dout)
-        elif op.phase == Phase.W and isinstance(stage, StageModel):
+            run = stage.backward(mb, dout, (mb, s) in self.step.split_backward)
+        elif op.phase == Phase.W:  # whole, and no collective: the gradients its B computed
             stage.weight_gradient(mb)
             return True
         else:
@@ -224,7 +217,7 @@ class PipelineNumerics:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} took its optimizer step twice")
         if missing := stage.missing_backward():
             raise RuntimeError(f"rank {rank}, {op.label}: optimizer step before the backward of microbatches {missing}")
-        if isinstance(stage, StageModel) and (missing := stage.missing_weight_gradients()):
+        if missing := stage.missing_weight_gradients():
             raise RuntimeError(f"rank {rank}, {op.label}: optimizer step before the W of microbatches {missing}")
         self.optimizers[s].step(stage.params, stage.grads)
         self.stepped.add(s)

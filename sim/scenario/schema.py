@@ -124,12 +124,6 @@ class Scenario(Section):
                     f"{self.num_microbatches} microbatches: {exc}"
                 ),
             ) from None
-        if SCHEDULES[self.schedule].splits_backward and (p.tp > 1 or p.ep > 1):
-            raise FieldError(
-                "schedule",
-                f"{self.schedule!r} splits backwards into B and W, which the tensor- and expert-parallel "
-                f"pieces do not model yet: parallel.tp and parallel.ep must be 1, got {p.tp} and {p.ep}",
-            )
         n = self.numerics
         if n.enabled and p.tp > 1:  # the shadow model is sharded like the real one (ffn = 4 x hidden)
             for knob, size in (("heads", n.heads), ("vocab", n.vocab)):

@@ -438,13 +438,6 @@ BAD = [
         r"looped-bfs\)$",
     ),
     (
-        "split_backward_with_tp",
-        variant(("schedule", "zb-h1"), ("parallel.pp", 2), ("parallel.tp", 2)),
-        "schedule",
-        r"'zb-h1' splits backwards into B and W, which the tensor- and expert-parallel pieces do not model yet: "
-        r"parallel.tp and parallel.ep must be 1, got 2 and 1$",
-    ),
-    (
         "v_schedule_needs_two_chunks",
         variant(("schedule", "zbv")),
         "parallel.virtual",
