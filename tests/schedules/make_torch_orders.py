@@ -54,20 +54,26 @@ def stand_in_stages(pp: int, virtual: int, rank: int, style: str) -> list[Simple
     ]
 
 
-def executed_order(cls, pp: int, virtual: int, m: int, style: str) -> dict[str, list[list]]:
-    """rank -> [[phase, microbatch, stage], ...] in the order the runtime performs them."""
-    order = {}
+def compute_steps(actions) -> list[list]:
+    """[[phase, microbatch, stage], ...] of the compute actions, an OVERLAP_F_B's sub-actions in order."""
+    flat = [sub for action in actions if action is not None for sub in (action.sub_actions or (action,))]
+    return [
+        [PHASE[a.computation_type.value], a.microbatch_index, a.stage_index]
+        for a in flat
+        if a.computation_type.value in PHASE
+    ]
+
+
+def executed_order(cls, pp: int, virtual: int, m: int, style: str) -> tuple[dict[str, list[list]], list[int]]:
+    """rank -> [[phase, microbatch, stage], ...] in the order the runtime performs them, and the
+    ranks whose compute table (`pipeline_order`) lists a different order (none, for torch 2.15)."""
+    order, differs = {}, []
     for rank in range(pp):
         schedule = cls(stand_in_stages(pp, virtual, rank, style), m)
-        actions = []
-        for action in schedule.pipeline_order_with_comms[rank]:
-            actions.extend(action.sub_actions or (action,))
-        order[str(rank)] = [
-            [PHASE[a.computation_type.value], a.microbatch_index, a.stage_index]
-            for a in actions
-            if a.computation_type.value in PHASE
-        ]
-    return order
+        order[str(rank)] = compute_steps(schedule.pipeline_order_with_comms[rank])
+        if compute_steps(schedule.pipeline_order[rank]) != order[str(rank)]:
+            differs.append(rank)
+    return order, differs
 
 
 def main() -> int:
@@ -76,8 +82,9 @@ def main() -> int:
         fixture = {
             "source": f"torch {torch.__version__}, torch.distributed.pipelining.schedules.{cls.__name__}",
             "shapes": [
-                {"pp": pp, "virtual": v, "microbatches": m, "ranks": executed_order(cls, pp, v, m, style)}
+                {"pp": pp, "virtual": v, "microbatches": m, "ranks": ranks, "table_differs_on_ranks": differs}
                 for pp, v, m in shapes
+                for ranks, differs in [executed_order(cls, pp, v, m, style)]
             ],
         }
         (OUT / f"{name}.json").write_text(json.dumps(fixture, indent=None, separators=(",", ":")) + "\n")
