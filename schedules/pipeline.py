@@ -53,8 +53,6 @@ from clustersim.schedules.zero_bubble import (
     zbv_order,
 )
 
-__all__ = ["RankOrder", "ScheduleError", "Step", "stage_ranks"]  # re-exported: callers import them from here
-
 
 def one_stage_per_rank(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
     """The sizes rule of a schedule that runs one stage per rank: virtual = 1."""
@@ -140,8 +138,7 @@ def looped_bfs_order(num_ranks: int, num_microbatches: int, virtual: int = 1) ->
     orders it: each rank runs every microbatch's forward through its first chunk, then its second,
     ...; then the backwards, last chunk first, each chunk's microbatches in reverse (the last
     forward's activations are the first freed). Chunk c of rank r is stage c x p + r."""
-    if virtual < 1:
-        raise ScheduleError("virtual", f"looped-bfs schedule needs virtual >= 1, got {virtual}")
+    looped_bfs_sizes("looped-bfs", num_ranks, num_microbatches, virtual)
     m = num_microbatches
     order: RankOrder = {}
     for rank in range(num_ranks):
@@ -153,6 +150,7 @@ def looped_bfs_order(num_ranks: int, num_microbatches: int, virtual: int = 1) ->
 
 
 def looped_bfs_sizes(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
+    """Any number of chunks per rank and of microbatches."""
     if virtual < 1:
         raise ScheduleError("virtual", f"{kind} schedule needs virtual >= 1, got {virtual}")
 
