@@ -48,16 +48,26 @@ def interleaved_zb_sizes(kind: str, num_ranks: int, num_microbatches: int, virtu
 
 
 def zb_h1_sizes(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
-    """One stage per rank, and interleaved zero bubble's microbatch rule."""
+    """One stage per rank; any number of microbatches (with one chunk the rounds change nothing)."""
     if virtual != 1:
         raise ScheduleError("virtual", f"schedule {kind!r} runs one stage per rank: virtual must be 1, got {virtual}")
-    interleaved_zb_sizes(kind, num_ranks, num_microbatches, virtual)
 
 
 def interleaved_zb_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
     """Each rank's F, B (input gradient) and W order, as PyTorch's ScheduleInterleavedZeroBubble
     builds it (module docstring); each stage numbers its own microbatches in the order it meets them."""
     interleaved_zb_sizes("interleaved-zb", num_ranks, num_microbatches, virtual)
+    return _zero_bubble_order(num_ranks, num_microbatches, virtual)
+
+
+def zb_h1_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
+    """ZB-H1: interleaved zero bubble with one stage per rank (module docstring)."""
+    zb_h1_sizes("zb-h1", num_ranks, num_microbatches, virtual)
+    return _zero_bubble_order(num_ranks, num_microbatches, 1)
+
+
+def _zero_bubble_order(num_ranks: int, num_microbatches: int, virtual: int) -> RankOrder:
+    """PyTorch's `_get_1f1b_rank_ops` with zero bubble on: F, B, then the oldest held-back W."""
     p, v = num_ranks, virtual
     _, per_round = rounds_of(p, num_microbatches)
     total = v * num_microbatches
@@ -93,12 +103,6 @@ def interleaved_zb_order(num_ranks: int, num_microbatches: int, virtual: int = 1
         ops.extend(step(W, backward_stage(k)) for k in backwards[weights:])
         order[rank] = ops
     return order
-
-
-def zb_h1_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
-    """ZB-H1: interleaved zero bubble with one stage per rank (module docstring)."""
-    zb_h1_sizes("zb-h1", num_ranks, num_microbatches, virtual)
-    return interleaved_zb_order(num_ranks, num_microbatches, 1)
 
 
 def v_sizes(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:

@@ -39,7 +39,7 @@ def bubble(kind: str, p: int, m: int, v: int) -> float:
     return step_time_s(timed(kind, p, m, v)) - m * 3 * T
 
 
-@pytest.mark.parametrize("p,m", SHAPES)
+@pytest.mark.parametrize("p,m", SHAPES + [(4, 9), (3, 7), (8, 11)])
 def test_zb_h1_bubble_is_a_third_of_1f1bs(p, m):
     """Qi et al. 2023 sec 2.1: 1F1B's bubble (p - 1)(F + B + W), ZB-H1's (p - 1)(F + B - W)."""
     assert bubble("1f1b", p, m, 1) == pytest.approx((p - 1) * 3 * T, abs=1e-9)
