@@ -117,11 +117,11 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
         the tokens (`partial_grad_names`). Run it once per step, after the last backward and before
         the optimizer (the program has it for tp > 1; over one rank it changes nothing). When every
         gradient is whole (no sequence parallelism, no MoE layer) it yields nothing."""
-        if missing := self.missing_backward() or self.missing_weight_gradients():
-            raise RuntimeError(
-                f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the backward (or W) of "
-                f"microbatches {missing}"
-            )
+        for what, missing in (("backward", self.missing_backward()), ("W", self.missing_weight_gradients())):
+            if missing:
+                raise RuntimeError(
+                    f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the {what} of microbatches {missing}"
+                )
         return self._grad_sync()
 
     # -- the generators -----------------------------------------------------------------------------

@@ -54,7 +54,8 @@ BAD_INPUTS = [
         "virtual_without_interleaved",
         GOOD.replace("dp: 1", "dp: 1\n  virtual: 2"),
         "parallel.virtual",
-        r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2 \(several chunks per rank: interleaved\)",
+        r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2 \(several chunks per rank: interleaved, "
+        r"interleaved-zb, zbv, dualpipev, looped-bfs\)",
     ),
     (
         "layers_not_divisible_by_pp_x_virtual",
