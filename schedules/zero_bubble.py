@@ -17,8 +17,9 @@ drain; chunk c of rank r is stage c x p + r.
 
 ZB-V (paper sec 6, PyTorch's ScheduleZBVZeroBubble): two chunks per rank in a V (schedules.order
 .v_stage_ranks), rank r runs 2 (p - r) - 1 forwards of its first chunk, r pairs of both chunks,
-p - r of (F, B, W) on the second chunk, then alternates both chunks' F, B, W; its bubble tends to
-zero as m grows, with 1F1B's peak activation memory (2p chunk-microbatches of half a stage each).
+p - r of (F, B, W) on the second chunk, then alternates both chunks' F, B, W. Once m >= 2p - 1
+(PyTorch plans that many so the V fills) its only bubble is the fill, (p - 1) F / 2, which does
+not grow with m; its peak activation memory is 1F1B's (2p chunk-microbatches of half a stage each).
 """
 
 from __future__ import annotations
