@@ -27,7 +27,7 @@ import functools
 import math
 from collections.abc import Callable
 
-from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Comm, Compute, Op, Phase, Program
+from clustersim.schedules.ir import GRADIENT_PHASES, PIPELINE_PHASES, Collective, Comm, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.tags import GradBucket, ParamBucket, ParamGather
 
@@ -75,8 +75,8 @@ def add_data_parallel(
         group = layout.dp_group(p, t)
         sets = functools.partial(_gradient_sets, layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
-        last_backward = {op.stage: op.label for op in computes if op.phase == Phase.B}
-        # a stage's gradients are whole once its last backward and whatever else its optimizer
+        last_backward = {op.stage: op.label for op in computes if op.phase in GRADIENT_PHASES}
+        # a stage's gradients are whole once its last backward (or W) and whatever else its optimizer
         # step waits for (tensor parallelism's gradient sum) have finished
         grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == Phase.OPT}
         ends = {(op.phase, op.microbatch, op.stage): op.label for op in computes}  # an op's last piece
@@ -114,7 +114,7 @@ def add_data_parallel(
                     ),
                 )
             out.append(op)
-            if isinstance(op, Compute) and op.phase == Phase.B and last_backward[op.stage] == op.label:
+            if isinstance(op, Compute) and op.phase in GRADIENT_PHASES and last_backward[op.stage] == op.label:
                 reduce = "all_reduce" if zero_stage == 0 else "reduce_scatter"
                 out.extend(
                     Collective(reduce, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])

@@ -47,6 +47,8 @@ class Phase(StrEnum):
 
 PHASES = tuple(Phase)
 PIPELINE_PHASES = (Phase.F, Phase.B)  # the phases that carry microbatches between stages
+MICROBATCH_PHASES = (Phase.F, Phase.B, Phase.W)  # a stage's per-microbatch compute
+GRADIENT_PHASES = (Phase.B, Phase.W)  # the phases that add to a stage's weight gradients
 
 
 class MessageTag(NamedTuple):

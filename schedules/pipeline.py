@@ -3,7 +3,10 @@
 A generator `(num_ranks, num_microbatches, virtual) -> RankOrder` returns
 `rank -> [(phase, microbatch, stage), ...]`, the rank's compute order; `build_program` then inserts
 the point-to-point sends and receives between neighbouring stages and the optimizer steps, giving
-a Program every generator shares. `stage_ranks(p, v)` places stage c x p + r on rank r.
+a Program every generator shares. Each registry entry carries its placement: `stage_ranks(p, v)`
+places stage c x p + r on rank r (looped); zbv and dualpipev use a V (`v_stage_ranks`: rank r holds
+stages r and 2p - 1 - r). Zero-bubble orders also hold W steps (schedules.zero_bubble), PyTorch's
+breadth-first and DualPipeV orders are in `looped_bfs_order` and schedules.dualpipe.
 
 With p ranks, m microbatches, equal stage times t_F, t_B and free communication:
 
@@ -27,26 +30,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from clustersim.schedules.dualpipe import dualpipev_order, dualpipev_sizes
 from clustersim.schedules.ir import Compute, MessageTag, Op, Phase, Program, Recv, Send
-
-Step = tuple[Phase, int, int]  # (phase F | B, microbatch, global stage)
-RankOrder = dict[int, list[Step]]  # rank -> its compute order
-Generator = Callable[[int, int, int], RankOrder]  # (num_ranks, num_microbatches, virtual) -> RankOrder
-F, B = Phase.F, Phase.B
-
-
-def stage_ranks(num_ranks: int, virtual: int = 1) -> dict[int, int]:
-    """Stage -> rank: chunk c of rank r is global stage c x num_ranks + r (v = 1: stage s on rank s)."""
-    return {chunk * num_ranks + rank: rank for chunk in range(virtual) for rank in range(num_ranks)}
-
-
-class ScheduleError(ValueError):
-    """A schedule cannot run these sizes; `knob` names the size at fault ("virtual" or
-    "microbatches"), so a caller can point at its own spelling of it (a flag, a YAML path)."""
-
-    def __init__(self, knob: str, message: str):
-        super().__init__(message)
-        self.knob = knob
+from clustersim.schedules.order import (
+    B,
+    F,
+    Generator,
+    Placement,
+    RankOrder,
+    ScheduleError,
+    Step,
+    split_steps,
+    stage_ranks,
+    v_stage_ranks,
+)
+from clustersim.schedules.zero_bubble import (
+    interleaved_zb_order,
+    interleaved_zb_sizes,
+    v_sizes,
+    zb_h1_order,
+    zb_h1_sizes,
+    zbv_order,
+)
 
 
 def one_stage_per_rank(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
@@ -128,6 +133,28 @@ def interleaved_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -
     return order
 
 
+def looped_bfs_order(num_ranks: int, num_microbatches: int, virtual: int = 1) -> RankOrder:
+    """Breadth-first pipeline (Lamy-Poirier 2022, arXiv:2211.05953), as PyTorch's ScheduleLoopedBFS
+    orders it: each rank runs every microbatch's forward through its first chunk, then its second,
+    ...; then the backwards, last chunk first, each chunk's microbatches in reverse (the last
+    forward's activations are the first freed). Chunk c of rank r is stage c x p + r."""
+    looped_bfs_sizes("looped-bfs", num_ranks, num_microbatches, virtual)
+    m = num_microbatches
+    order: RankOrder = {}
+    for rank in range(num_ranks):
+        stages = [chunk * num_ranks + rank for chunk in range(virtual)]
+        order[rank] = [(F, mb, s) for s in stages for mb in range(m)] + [
+            (B, mb, s) for s in reversed(stages) for mb in reversed(range(m))
+        ]
+    return order
+
+
+def looped_bfs_sizes(kind: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
+    """Any number of chunks per rank and of microbatches."""
+    if virtual < 1:
+        raise ScheduleError("virtual", f"{kind} schedule needs virtual >= 1, got {virtual}")
+
+
 SizesRule = Callable[[str, int, int, int], None]  # (name, num_ranks, num_microbatches, virtual) -> raises
 
 
@@ -141,6 +168,8 @@ class Schedule:
     order: Generator
     sizes: SizesRule  # raises ScheduleError naming the knob at fault
     chunks_per_rank: bool = False  # whether it runs several model chunks per rank (virtual > 1)
+    placement: Placement = stage_ranks  # stage -> rank for (num_ranks, virtual): looped or V
+    splits_backward: bool = False  # whether its order splits backwards into B and W
 
     def check(self, name: str, num_ranks: int, num_microbatches: int, virtual: int) -> None:
         """Raise ScheduleError (naming the knob at fault) unless the schedule can run these sizes."""
@@ -148,7 +177,7 @@ class Schedule:
 
     def fewest_microbatches(self, name: str, num_ranks: int, virtual: int) -> int:
         """The fewest microbatches the schedule runs with these sizes (a reduced run's batch)."""
-        for m in range(1, num_ranks + 1):
+        for m in range(1, 2 * num_ranks + 1):  # dualpipev needs 2 pp
             try:
                 self.check(name, num_ranks, m, virtual)
             except ScheduleError as exc:
@@ -156,13 +185,20 @@ class Schedule:
                     raise
                 continue
             return m
-        raise ScheduleError("microbatches", f"schedule {name!r} runs no microbatch count up to pp ({num_ranks})")
+        raise ScheduleError("microbatches", f"schedule {name!r} runs no microbatch count up to 2 pp ({2 * num_ranks})")
 
 
 SCHEDULES: dict[str, Schedule] = {
     "gpipe": Schedule(gpipe_order, one_stage_per_rank),
     "1f1b": Schedule(one_f_one_b_order, one_stage_per_rank),
     "interleaved": Schedule(interleaved_order, interleaved_sizes, chunks_per_rank=True),
+    "zb-h1": Schedule(zb_h1_order, zb_h1_sizes, splits_backward=True),
+    "interleaved-zb": Schedule(interleaved_zb_order, interleaved_zb_sizes, chunks_per_rank=True, splits_backward=True),
+    "zbv": Schedule(zbv_order, v_sizes, chunks_per_rank=True, placement=v_stage_ranks, splits_backward=True),
+    "dualpipev": Schedule(
+        dualpipev_order, dualpipev_sizes, chunks_per_rank=True, placement=v_stage_ranks, splits_backward=True
+    ),
+    "looped-bfs": Schedule(looped_bfs_order, looped_bfs_sizes, chunks_per_rank=True),
 }
 
 
@@ -182,6 +218,11 @@ def rank_order(kind: str, num_ranks: int, num_microbatches: int, virtual: int = 
     return entry.order(num_ranks, num_microbatches, virtual)
 
 
+def placement(kind: str, num_ranks: int, virtual: int = 1) -> dict[int, int]:
+    """Stage -> rank of schedule `kind` (looped, or a V for zbv and dualpipev)."""
+    return schedule(kind).placement(num_ranks, virtual)
+
+
 def build_program(
     order: RankOrder,
     num_microbatches: int,
@@ -190,20 +231,36 @@ def build_program(
     forward_flops: Callable[[int], float],
     backward_flops: Callable[[int], float],
     optimizer_bytes: Callable[[int], float] = lambda stage: 0.0,
+    weight_flops: Callable[[int], float] | None = None,
 ) -> Program:
     """Turn per-rank compute orders into per-rank op lists with p2p and optimizer steps.
 
     A forward of stage s > 0 waits on the receive of stage s-1's output; its output is sent to
     stage s+1. A backward of stage s < S-1 waits on the gradient received from stage s+1 and sends
-    its input gradient to stage s-1. Consecutive stages on the same rank (interleaved with p = 1)
-    hand over locally: the earlier op on the compute stream is the dependency. Each rank ends with
-    one optimizer step per stage it holds, in stage order.
+    its input gradient to stage s-1. Consecutive stages on the same rank (interleaved with p = 1,
+    the turn of a V: stages p-1 and p on rank p-1) hand over locally: the earlier op on the compute
+    stream is the dependency. A W sends and receives nothing. Each rank ends with one optimizer step
+    per stage it holds, in stage order.
+
+    Costs: F takes forward_flops(s); a whole backward backward_flops(s); where the order splits it,
+    W takes weight_flops(s) and B the rest, backward_flops(s) - weight_flops(s) (an order with W
+    steps needs `weight_flops`).
     """
     num_stages = len(stage_to_rank)
+    split = split_steps(order)
+    if split and weight_flops is None:
+        raise ValueError("this order splits backwards into B and W: build_program needs weight_flops")
     ops: dict[int, list[Op]] = {rank: [] for rank in sorted(set(stage_to_rank.values()) | set(order))}
     for rank in sorted(order):
         for phase, mb, stage in order[rank]:
+            if phase == Phase.W:
+                assert weight_flops is not None
+                ops[rank].append(Compute(phase, mb, stage, weight_flops(stage)))
+                continue
             flops = forward_flops(stage) if phase == Phase.F else backward_flops(stage)
+            if phase == Phase.B and (mb, stage) in split:
+                assert weight_flops is not None
+                flops -= weight_flops(stage)
             ops[rank].extend(
                 _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops)
             )

@@ -22,7 +22,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Compute, Op, Phase, Program
+from clustersim.schedules.ir import GRADIENT_PHASES, PIPELINE_PHASES, Collective, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.tags import CollectiveTag, ExpertPiece, GradSync, TensorPiece
 
@@ -154,6 +154,8 @@ class PieceCosts:
     grad_sync_bytes: Callable[[int], float]
     alltoall_bytes: float = 0.0
     counts_bytes: float = 0.0
+    # a backward item's weight-gradient FLOPs, which a split backward's B leaves to its W
+    item_weight_flops: Callable[[str, int], float] = lambda item, stage: 0.0
 
     def collective_bytes(self, on: str, items: tuple[str, ...]) -> float:
         """The size of the collective on group `on` that ends a piece of `items`."""
@@ -180,13 +182,19 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
     if not any(cut.values()):
         return program
     ops: dict[int, list[Op]] = {}
-    plans: dict[tuple[Phase, int], list[PlannedPiece]] = {}  # (phase, stage) -> pieces
+    plans: dict[tuple[Phase, int, bool], list[PlannedPiece]] = {}  # (phase, stage, split) -> pieces
 
-    def plan_of(phase: Phase, stage: int) -> list[PlannedPiece]:
-        """tp_stage_plan's pieces of (phase, stage), each with its FLOPs (the same on every rank)."""
-        if (phase, stage) not in plans:
-            plans[(phase, stage)] = [
-                (items, kind, on, sum(costs.item_flops(i, stage) for i in items))
+    def item_cost(item: str, stage: int, split: bool) -> float:
+        """An item's FLOPs; in a split backward's B, less its weight gradient (the W op's)."""
+        flops = costs.item_flops(item, stage)
+        return flops - costs.item_weight_flops(item, stage) if split and item.startswith("B.") else flops
+
+    def plan_of(phase: Phase, stage: int, split: bool = False) -> list[PlannedPiece]:
+        """tp_stage_plan's pieces of (phase, stage), each with its FLOPs (the same on every rank);
+        `split`: a B whose weight gradient a W op computes."""
+        if (phase, stage, split) not in plans:
+            plans[(phase, stage, split)] = [
+                (items, kind, on, sum(item_cost(i, stage, split) for i in items))
                 for items, kind, on in tp_stage_plan(
                     phase,
                     stage_layers(stage),
@@ -198,7 +206,7 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                     ep=layout.ep,
                 )
             ]
-        return plans[(phase, stage)]
+        return plans[(phase, stage, split)]
 
     # one tag object per collective, shared by its members (fewer objects on big programs)
     tensor_piece, expert_piece, grad_sync = (
@@ -215,19 +223,42 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
         }
         groups["ep_counts"] = groups["ep"]
         renamed: dict[str, str] = {}  # whole op's label -> its last piece's label
-        last_backward = {
-            op.stage: op.label for op in program.ops[rank] if isinstance(op, Compute) and op.phase == Phase.B
-        }
+        computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
+        last_backward = {op.stage: op.label for op in computes if op.phase in GRADIENT_PHASES}
+        split = {(op.microbatch, op.stage) for op in computes if op.phase == Phase.W}
         synced: dict[int, str] = {}  # stage -> its gradient sum's label
         out: list[Op] = []
+
+        def sync_after(
+            op: Compute, last: str, d=d, out=out, synced=synced, last_backward=last_backward, group=groups["tp"][0]
+        ) -> None:
+            """After a stage's last gradient op (labelled `last`: its last piece), the gradient sum
+            over the tensor-parallel group of what each rank computed from its share of the tokens."""
+            partial_grads = plan.sequence_parallel or any(stage_layers(op.stage))
+            if layout.tp > 1 and partial_grads and last_backward[op.stage] == op.label:  # the stream is in order
+                sync = Collective(
+                    "all_reduce",
+                    grad_sync(d, op.stage),
+                    group,
+                    costs.grad_sync_bytes(op.stage),
+                    stream=TP_STREAM,
+                    deps=(last,),
+                )
+                out.append(sync)
+                synced[op.stage] = sync.label
+
         for op in program.ops[rank]:
             deps = tuple(renamed.get(dep, dep) for dep in op.deps)
             if not (isinstance(op, Compute) and op.phase in PIPELINE_PHASES and cut[op.stage]):
                 if isinstance(op, Compute) and op.phase == Phase.OPT and op.stage in synced:
                     deps += (synced[op.stage],)
                 out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
+                if isinstance(op, Compute) and op.phase == Phase.W and cut[op.stage]:  # a W is whole: no collective
+                    sync_after(op, op.label)
                 continue
-            for part, (items, kind, on, flops) in enumerate(plan_of(op.phase, op.stage)):
+            for part, (items, kind, on, flops) in enumerate(
+                plan_of(op.phase, op.stage, (op.microbatch, op.stage) in split)
+            ):
                 piece = Compute(
                     op.phase, op.microbatch, op.stage, flops, op.nbytes if part == 0 else 0.0, op.stream, deps, part
                 )
@@ -239,17 +270,6 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                     out.append(collective)
                     deps = (collective.label,)
             renamed[op.label] = piece.label
-            partial_grads = plan.sequence_parallel or any(stage_layers(op.stage))
-            if layout.tp > 1 and partial_grads and last_backward[op.stage] == op.label:  # the stream is in order
-                sync = Collective(
-                    "all_reduce",
-                    grad_sync(d, op.stage),
-                    groups["tp"][0],
-                    costs.grad_sync_bytes(op.stage),
-                    stream=TP_STREAM,
-                    deps=(piece.label,),
-                )
-                out.append(sync)
-                synced[op.stage] = sync.label
+            sync_after(op, piece.label)
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)

@@ -3,9 +3,9 @@
 Rules, checked in this order:
   structure   labels unique per rank; every dep names an op of the same rank
   placement   a compute op runs on the rank that holds its stage
-  coverage    every (F|B, microbatch, stage) exactly once (an op cut into pieces: pieces 0, 1, ...
-              in order on one stream); one OPT per stage, after its backwards
-  order       on a stage, a microbatch's forward comes before its backward
+  coverage    every (F|B, microbatch, stage) exactly once, a W at most once (an op cut into pieces:
+              pieces 0, 1, ... in order on one stream); one OPT per stage, after its B's and W's
+  order       on a stage, a microbatch's F comes before its B, its B before its W (weight gradient)
   chains      F(mb, s) consumes F(mb, s-1)'s output, B(mb, s) consumes B(mb, s+1)'s: by a receive it
               depends on, or by an earlier op on the same stream when both stages share a rank
               (for an op in pieces: its first piece, waiting for the producer's last)
@@ -93,6 +93,8 @@ def _check_coverage_and_order(program: Program) -> None:
                 raise ProgramError(f"{_where(rank, i, op)}: microbatch outside 0..{program.num_microbatches - 1}")
             if op.phase == Phase.B and (Phase.F, op.microbatch, op.stage) not in found:
                 raise ProgramError(f"{_where(rank, i, op)}: backward before its forward")
+            if op.phase == Phase.W and ((Phase.B, *key[1:]) not in found or (Phase.OPT, None, op.stage) in found):
+                raise ProgramError(f"{_where(rank, i, op)}: W before its backward or after OPT@{op.stage}")
             if op.phase == Phase.OPT:
                 missing = [mb for mb in range(program.num_microbatches) if (Phase.B, mb, op.stage) not in found]
                 if missing:
@@ -139,8 +141,8 @@ def _check_chains(program: Program) -> None:
         index = {op.label: i for i, op in enumerate(ops)}
         ends = _ends(ops)
         for i, op in enumerate(ops):
-            if not isinstance(op, Compute) or op.phase == Phase.OPT or op.part:
-                continue
+            if not isinstance(op, Compute) or op.phase not in (Phase.F, Phase.B) or op.part:
+                continue  # OPT and W consume nothing from another stage
             src = op.stage - 1 if op.phase == Phase.F else op.stage + 1
             if not 0 <= src < program.num_stages:
                 continue

@@ -12,7 +12,8 @@ import networkx as nx
 from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
 from clustersim.schedules.ir import Compute, Program
 from clustersim.schedules.layout import Layout
-from clustersim.schedules.pipeline import build_program, rank_order, stage_ranks
+from clustersim.schedules.order import split_steps
+from clustersim.schedules.pipeline import build_program, placement, rank_order
 from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.validate import validate
 from clustersim.sim.cost import compute as cost
@@ -24,7 +25,9 @@ from clustersim.sim.cost.stages import (
     stage_layer_range,
     stage_moe_layers,
     stage_params,
+    stage_weight_gradient_flops,
     tensor_parallel_item_flops,
+    tensor_parallel_item_weight_flops,
     weight_bytes,
 )
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
@@ -56,10 +59,10 @@ def pipelines_of(layout: Layout) -> list[tuple[int, ...]]:
 
 
 def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
-    """Stage -> rank for each pipeline: stage c x pp + r on the pipeline's r-th rank (chunk c of
-    v = parallel.virtual)."""
+    """Stage -> rank for each pipeline: the schedule's placement (stage c x pp + r on the
+    pipeline's r-th rank for chunk c of v = parallel.virtual; a V for zbv and dualpipev)."""
     p = scenario.parallel
-    local = stage_ranks(p.pp, p.virtual)
+    local = placement(scenario.schedule, p.pp, p.virtual)
     return [{stage: ranks[r] for stage, r in local.items()} for ranks in pipelines_of(layout_of(scenario))]
 
 
@@ -85,11 +88,12 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     pipeline = build_program(
         order,
         scenario.num_microbatches,
-        stage_ranks(p.pp, p.virtual),
+        placement(scenario.schedule, p.pp, p.virtual),
         act_bytes,
         forward_flops=lambda s: flops[s],
         backward_flops=lambda s: 2 * flops[s] + redo[s],
         optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM,
+        weight_flops=lambda s: stage_weight_gradient_flops(scenario, s),
     )
     layout = layout_of(scenario)
     replicas = [
@@ -109,6 +113,7 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
             grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
             alltoall_bytes=alltoall_bytes(scenario),
             counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
+            item_weight_flops=tensor_parallel_item_weight_flops(scenario),
         ),
     )
     program = add_data_parallel(
@@ -172,6 +177,9 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         n.optimizer,
         n.lr,
         recompute_full=scenario.training.recompute == "full",  # selective changes no arithmetic of the shadow
+        split_backward=frozenset(
+            split_steps(rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual))
+        ),
     )
     if p.dp == 1 and p.tp == 1:
         return PipelineNumerics(cfg, placements[0], step)

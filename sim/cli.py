@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from clustersim.schedules.grid import compute_grid, compute_order_json
-from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, rank_order, stage_ranks
+from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, placement, rank_order
 from clustersim.schedules.validate import ProgramError
 from clustersim.sim.cli_fabric import add_key_flags, collective_command, topology_command
 from clustersim.sim.folder import OutputError, check_target, locked, version
@@ -112,10 +112,11 @@ def _schedule(args: argparse.Namespace) -> int:
     program = build_program(
         order,
         args.microbatches,
-        stage_ranks(args.pp, args.virtual),
+        placement(args.kind, args.pp, args.virtual),
         0.0,
         forward_flops=lambda s: 0.0,
         backward_flops=lambda s: 0.0,
+        weight_flops=lambda s: 0.0,
     )
     print(json.dumps(compute_order_json(program), allow_nan=False) if args.json else compute_grid(program))
     return 0
@@ -178,7 +179,8 @@ def parser() -> argparse.ArgumentParser:
         "--virtual",
         type=int,
         default=1,
-        help="model chunks per rank (interleaved; default 1): chunk c of rank r is stage c x pp + r",
+        help="model chunks per rank (default 1): chunk c of rank r is stage c x pp + r (zbv, dualpipev: 2, "
+        "rank r holds stages r and 2 pp - 1 - r)",
     )
     sched.add_argument("--json", action="store_true", help="JSON instead of a text grid")
     sched.set_defaults(func=_schedule)

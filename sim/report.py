@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
-from clustersim.schedules.ir import PIPELINE_PHASES
+from clustersim.schedules.ir import MICROBATCH_PHASES
 from clustersim.sim.folder import output_folder
 from clustersim.sim.results.csv_tables import csv_text, link_rows, rank_rows
 from clustersim.sim.results.links import link_stats
@@ -198,7 +198,7 @@ def terminal_summary(result: RunResult) -> str:
     s = result.summary
     busy = [0.0] * result.log.num_ranks
     for span in result.log.spans:
-        if span.phase in PIPELINE_PHASES:
+        if span.phase in MICROBATCH_PHASES:
             busy[span.rank] += span.duration_s
     rows = [
         {

@@ -51,6 +51,19 @@ def stage_forward_flops(scenario: Scenario, stage: int) -> float:
     return forward / scenario.parallel.tp
 
 
+def stage_weight_gradient_flops(scenario: Scenario, stage: int) -> float:
+    """FLOPs of a stage's weight gradient (W, when a zero-bubble schedule splits the backward) for
+    one microbatch on one rank. For a matmul y = x A (forward 2 n k f FLOPs) the input gradient
+    dx = dy A^T and the weight gradient dA = x^T dy cost the same 2 n k f each, so W = the forward
+    FLOPs of the stage's weight matmuls: its forward less each layer's attention core, Q K^T and
+    scores x V (4 b s^2 h), which has no weights and whose backward is all input gradient. The
+    input gradient B is the rest of the backward (2 x forward + recompute - W)."""
+    m = scenario.model_spec
+    b = scenario.training.micro_batch
+    core = 4.0 * b * m.seq_len * m.seq_len * m.hidden / scenario.parallel.tp
+    return stage_forward_flops(scenario, stage) - core * len(stage_layer_range(scenario, stage))
+
+
 def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float]:
     """FLOPs on one rank of each work item of a tensor-parallel stage op (see
     schedules.tensor_parallel.tp_stage_plan): a layer's attention or MLP, the LM head, split t
@@ -73,6 +86,23 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
     flops["B.attn"] += selective
     return lambda item, stage: flops[item]
+
+
+def tensor_parallel_item_weight_flops(scenario: Scenario) -> Callable[[str, int], float]:
+    """The weight-gradient FLOPs on one rank of each backward work item (see
+    `stage_weight_gradient_flops`): the forward FLOPs of its weight matmuls, an attention item's
+    less its core Q K^T and scores x V (4 b s^2 h / t), which has no weights."""
+    forward = tensor_parallel_item_flops(scenario)
+    m, b, tp = scenario.model_spec, scenario.training.micro_batch, scenario.parallel.tp
+    core = 4.0 * b * m.seq_len * m.seq_len * m.hidden / tp
+
+    def weight(item: str, stage: int) -> float:
+        phase, _, name = item.partition(".")
+        if phase != "B":
+            return 0.0
+        return forward(f"F.{name}", stage) - (core if name == "attn" else 0.0)
+
+    return weight
 
 
 def routed_expert_params(scenario: Scenario, stage: int, experts: int) -> float:

@@ -63,13 +63,35 @@ class EventLog:
 
     @functools.cached_property
     def whole_ops(self) -> dict[tuple[int, SpanPhase, int | None, int | None], tuple[float, float]]:
-        """(rank, phase, stage, microbatch) -> (start, end) of each forward and backward, its pieces
-        (tensor parallelism cuts an op at its collectives) taken together: first start, last end.
-        A stream runs its pieces in order, so the first piece seen starts the op, the last ends it."""
+        """(rank, phase, stage, microbatch) -> (start, end) of each forward, backward and weight
+        gradient (W), its pieces (tensor parallelism cuts an op at its collectives) taken together:
+        first start, last end. A stream runs its pieces in order, so the first piece seen starts the
+        op, the last ends it."""
         ops: dict[tuple[int, SpanPhase, int | None, int | None], tuple[float, float]] = {}
         for span in self.spans:
-            if span.phase == Phase.F or span.phase == Phase.B:
+            if span.phase == Phase.F or span.phase == Phase.B or span.phase == Phase.W:
                 key = (span.rank, span.phase, span.stage, span.microbatch)
                 first = ops.get(key)
                 ops[key] = (span.start_s if first is None else first[0], span.end_s)
         return ops
+
+    @functools.cached_property
+    def held_activations(self) -> dict[tuple[int, int | None, int | None], tuple[float, float | None]]:
+        """(rank, stage, microbatch) -> (start, end) of the activations a forward keeps for its
+        backward: from the forward's start to the end of the last op that needs them, the W when
+        the backward is split off one (the weight gradient reads the layers' saved inputs), else
+        the backward; end None while no backward has run. A B without its forward on the rank is
+        an error. This counts the whole forward's activations until W, an upper bound: the input
+        gradient B frees some of them (Qi et al. 2023, Table 1)."""
+        ops = self.whole_ops
+        held: dict[tuple[int, int | None, int | None], tuple[float, float | None]] = {}
+        for (rank, phase, stage, mb), (start, _) in ops.items():
+            if phase == Phase.F:
+                done = ops.get((rank, Phase.W, stage, mb)) or ops.get((rank, Phase.B, stage, mb))
+                held[(rank, stage, mb)] = (start, done[1] if done else None)
+        for rank, phase, stage, mb in ops:
+            if phase != Phase.F and (rank, stage, mb) not in held:
+                raise ValueError(
+                    f"rank {rank}: {phase}{mb}@{stage} ends but forward F{mb}@{stage} never ran on this rank"
+                )
+        return held

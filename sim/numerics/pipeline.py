@@ -126,7 +126,10 @@ class PipelineNumerics:
             run = stage.forward(mb, inp, self._microbatch(self.targets, mb) if stage.is_last else None)
         elif op.phase == Phase.B:
             dout = None if stage.is_last else self._take(rank, op, MessageTag(Phase.B, mb, s + 1), "gradient")
-            run = stage.backward(mb, dout)
+            run = stage.backward(mb, dout, (mb, s) in self.step.split_backward)
+        elif op.phase == Phase.W:  # whole, and no collective: the gradients its B computed
+            stage.weight_gradient(mb)
+            return True
         else:
             raise RuntimeError(f"rank {rank}, {op.label}: the shadow model has no numerics for phase {op.phase}")
         if not self.in_pieces:  # `run` is the result
@@ -214,6 +217,8 @@ class PipelineNumerics:
             raise RuntimeError(f"rank {rank}, {op.label}: stage {s} took its optimizer step twice")
         if missing := stage.missing_backward():
             raise RuntimeError(f"rank {rank}, {op.label}: optimizer step before the backward of microbatches {missing}")
+        if missing := stage.missing_weight_gradients():
+            raise RuntimeError(f"rank {rank}, {op.label}: optimizer step before the W of microbatches {missing}")
         self.optimizers[s].step(stage.params, stage.grads)
         self.stepped.add(s)
 

@@ -18,7 +18,9 @@ DATA_STREAM = 1  # data come from default_rng([seed, DATA_STREAM]); parameters f
 class TrainingStep:
     """One optimizer step over `num_microbatches` microbatches of `micro_batch_size` rows (per
     pipeline); `seed` draws the weights and the data; `recompute_full` keeps only each
-    microbatch's input and runs its forward again in the backward."""
+    microbatch's input and runs its forward again in the backward; `split_backward`: the
+    (microbatch, stage) pairs whose backward the schedule splits into B (input gradient) and W
+    (weight gradient, accumulated only when W runs)."""
 
     num_microbatches: int
     micro_batch_size: int
@@ -26,6 +28,7 @@ class TrainingStep:
     optimizer: str = "adam"
     lr: float = 1e-3
     recompute_full: bool = False
+    split_backward: frozenset[tuple[int, int]] = frozenset()
 
     def __post_init__(self) -> None:
         if self.num_microbatches < 1 or self.micro_batch_size < 1:

@@ -49,6 +49,8 @@ class StageChecks:
     is_last: bool
     _tapes: dict[int, Any]
     backward_done: set[int]
+    grads: dict[str, np.ndarray]
+    _weight_grads: dict[int, dict[str, np.ndarray]]  # mb -> gradients its W will add
 
     def _where(self, mb: int) -> str:
         return f"stage {self.stage}, microbatch {mb}"
@@ -79,6 +81,30 @@ class StageChecks:
     def missing_backward(self) -> list[int]:
         """Microbatches whose gradient has not been accumulated yet."""
         return sorted(set(range(self.num_microbatches)) - self.backward_done)
+
+    def _backward_done(self, mb: int, grads: dict[str, np.ndarray], split: bool) -> None:
+        """A backward's parameter gradients: accumulated now, or (`split`: a zero-bubble B) kept
+        for `weight_gradient(mb)`. The layers' backward functions give both gradients at once;
+        the simulator times B and W apart, and the gradients count only once W has run."""
+        self.backward_done.add(mb)
+        if split:
+            self._weight_grads[mb] = grads
+        else:
+            self._accumulate(grads)
+
+    def weight_gradient(self, mb: int) -> None:
+        """W: add the parameter gradients microbatch `mb`'s split backward left."""
+        if mb not in self._weight_grads:
+            raise RuntimeError(f"{self._where(mb)}: W without a split backward before it")
+        self._accumulate(self._weight_grads.pop(mb))
+
+    def missing_weight_gradients(self) -> list[int]:
+        """Microbatches whose split backward ran but whose W has not."""
+        return sorted(self._weight_grads)
+
+    def _accumulate(self, grads: dict[str, np.ndarray]) -> None:
+        for name, g in grads.items():
+            self.grads[name] += g
 
 
 class StageModel(StageChecks):
@@ -111,6 +137,7 @@ class StageModel(StageChecks):
         self.backward_done: set[int] = set()
         self._tapes: dict[int, Any] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
         self.recompute_full = recompute_full
+        self._weight_grads = {}
 
     def forward(self, mb: int, inp: np.ndarray, targets: np.ndarray | None = None):
         """Stage 0 takes tokens (b, s), others activations (b, s, h). Returns activations (b, s, h),
@@ -124,17 +151,16 @@ class StageModel(StageChecks):
             self.losses[mb] = out
         return out
 
-    def backward(self, mb: int, dout: np.ndarray | None):
+    def backward(self, mb: int, dout: np.ndarray | None, split: bool = False):
         """Accumulate this microbatch's parameter gradients and free its cache. `dout` is
         dL/d(output) (b, s, h), or None on the last stage, which seeds dL/dloss_mb = 1/m.
-        Returns dL/d(input) (b, s, h), or None on stage 0 (tokens have no gradient)."""
+        Returns dL/d(input) (b, s, h), or None on stage 0 (tokens have no gradient). `split`: this
+        is a zero-bubble B, its parameter gradients wait for `weight_gradient(mb)`."""
         seed = self._check_backward(mb, dout)
         tape = self._tapes.pop(mb)
         if self.recompute_full:  # run the forward again from the kept input
             inp, targets = tape
             _, tape = model_forward(self.params, self.cfg, inp, self.layers, embed=self.is_first, targets=targets)
         dinp, grads = model_backward(seed, tape)
-        for name, g in grads.items():
-            self.grads[name] += g
-        self.backward_done.add(mb)
+        self._backward_done(mb, grads, split)
         return dinp

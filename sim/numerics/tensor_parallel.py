@@ -87,6 +87,7 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
         self.losses: dict[int, float] = {}
         self.backward_done: set[int] = set()
         self._tapes: dict[int, object] = {}  # mb -> the forward's tape, or (input, targets) to recompute it
+        self._weight_grads = {}
 
     def _where(self, mb: int) -> str:
         return f"stage {self.stage}, tp rank {self.tp_rank}, microbatch {mb}"
@@ -104,22 +105,23 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
             )
         return self._forward(mb, inp, targets if self.is_last else None)
 
-    def backward(self, mb: int, dout: np.ndarray | None):
+    def backward(self, mb: int, dout: np.ndarray | None, split: bool = False):
         """Generator accumulating this microbatch's gradients and returning dL/d(input) in the
-        input's layout (None on stage 0). `dout` is None on the last stage, which seeds 1/m."""
+        input's layout (None on stage 0). `dout` is None on the last stage, which seeds 1/m.
+        `split`: a zero-bubble B, whose gradients wait for `weight_gradient(mb)`."""
         seed = self._check_backward(mb, dout)
-        return self._backward(mb, seed, self._tapes.pop(mb))
+        return self._backward(mb, seed, self._tapes.pop(mb), split)
 
     def grad_sync(self):
         """Generator summing over the group the gradients each rank computed from its own share of
         the tokens (`partial_grad_names`). Run it once per step, after the last backward and before
         the optimizer (the program has it for tp > 1; over one rank it changes nothing). When every
         gradient is whole (no sequence parallelism, no MoE layer) it yields nothing."""
-        if self.missing_backward():
-            raise RuntimeError(
-                f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the backward of "
-                f"microbatches {self.missing_backward()}"
-            )
+        for what, missing in (("backward", self.missing_backward()), ("W", self.missing_weight_gradients())):
+            if missing:
+                raise RuntimeError(
+                    f"stage {self.stage}, tp rank {self.tp_rank}: grad_sync before the {what} of microbatches {missing}"
+                )
         return self._grad_sync()
 
     # -- the generators -----------------------------------------------------------------------------
@@ -145,15 +147,13 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
             tape.append((self._head_backward, cache))
         return x, tape
 
-    def _backward(self, mb, seed, kept):
+    def _backward(self, mb, seed, kept, split):
         tape = (yield from self._run_forward(*kept))[1] if self.recompute_full else kept
         dout, grads = seed, {}
         for backward, cache in reversed(tape):
             dout, g = yield from backward(dout, cache)
             grads |= g
-        for name, g in grads.items():
-            self.grads[name] += g
-        self.backward_done.add(mb)
+        self._backward_done(mb, grads, split)
         return dout
 
     def partial_grad_names(self) -> list[str]:

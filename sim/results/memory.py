@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.schedules.data_parallel import DP_STREAM
-from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
+from clustersim.schedules.ir import PIPELINE_PHASES, Comm
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.scenario.units import format_bytes
 
@@ -71,15 +71,17 @@ def memory_timeline(
       `model_state_bytes`; a missing rank or key is 0) is held from t = 0 to the end.
     - activations: + `activation_bytes[rank][stage]` (one microbatch through that stage's layers)
       when a forward span "F" of that stage starts on the rank; - the same when the backward "B" of
-      the same (microbatch, stage) ends. A rank holding several stages (interleaved) has one entry
-      per stage. A forward whose backward never ran keeps its bytes to the end.
+      the same (microbatch, stage) ends, or its weight gradient "W" where a zero-bubble schedule
+      splits one off (EventLog.held_activations: an upper bound, B frees part of them). A rank
+      holding several stages (interleaved) has one entry per stage. A forward whose backward never
+      ran keeps its bytes to the end.
     - ZeRO-3 gathers (only when `gather_bytes` is given): + `gather_bytes[rank]` into "weights" when
       a span of phase "ALL_GATHER" on the "dp" stream starts, held until the end of the rank's first F or B that starts
       at or after the gather ends (the compute that uses the gathered weights), or until the
       gather's own end if no compute follows.
     - other: 0 unless given in `static_bytes`. The CUDA context, library workspaces, the allocator's
-      fragmentation, the transient full-layer activations rebuilt during a recomputed backward, and
-      the weight-gradient (W) split of zero-bubble schedules are not modelled; spans of other
+      fragmentation and the transient full-layer activations rebuilt during a recomputed backward are
+      not modelled; spans of other
       phases (SEND, RECV, OPT, R, ...) change nothing.
 
     Changes at the same instant are applied together (a backward ending when a forward starts
@@ -107,25 +109,24 @@ def memory_timeline(
 
 def _activation_events(log: EventLog, activation_bytes, events) -> None:
     column = CATEGORIES.index("activations")
-    ops = log.whole_ops
-    for (rank, phase, stage, mb), (start, end) in ops.items():
-        label = f"{phase}{mb}@{stage}"
-        if phase == Phase.B and (rank, Phase.F, stage, mb) not in ops:
-            raise ValueError(f"rank {rank}: {label} ends but forward F{mb}@{stage} never ran on this rank")
+    for (rank, stage, mb), (start, end) in log.held_activations.items():
         try:
             nbytes = float(activation_bytes[rank][stage])
         except KeyError:
             raise ValueError(
-                f"activation_bytes has no entry for rank {rank}, stage {stage} (needed by {label})"
+                f"activation_bytes has no entry for rank {rank}, stage {stage} (needed by F{mb}@{stage})"
             ) from None
-        events[rank].append((start, column, nbytes) if phase == Phase.F else (end, column, -nbytes))
+        events[rank].append((start, column, nbytes))
+        if end is not None:
+            events[rank].append((end, column, -nbytes))
 
 
 def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:
     column = CATEGORIES.index("weights")
     consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B ops
-    for (rank, _, _, _), extent in log.whole_ops.items():
-        consumers.setdefault(rank, []).append(extent)
+    for (rank, phase, _, _), extent in log.whole_ops.items():
+        if phase in CONSUMER_PHASES:  # a W reads saved activations, not the weights
+            consumers.setdefault(rank, []).append(extent)
     for spans in consumers.values():
         spans.sort()
     for span in log.spans:

@@ -6,12 +6,12 @@ from collections.abc import Collection
 
 import numpy as np
 
-from clustersim.schedules.ir import Comm, Phase
+from clustersim.schedules.ir import MICROBATCH_PHASES, Comm, Phase
 from clustersim.schedules.tensor_parallel import EP_STREAM
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.network.records import FlowTable
 
-PIPELINE_PHASES = (Phase.F, Phase.B)
+PIPELINE_PHASES = MICROBATCH_PHASES  # F, B and W: the pipeline's compute
 ALLTOALL_PHASE = Comm.ALL_TO_ALL  # a collective span's phase is its kind in capitals
 ALLTOALL_STREAMS = (EP_STREAM,)  # streams that carry only all-to-alls (MoE dispatch, combine, counts)
 
@@ -24,8 +24,8 @@ def step_time_s(log: EventLog) -> float:
 def bubble_ratio_per_rank(log: EventLog) -> list[float]:
     """bubble_r = idle_r / (idle_r + busy_r) over the pipeline window [0, T_FB].
 
-    busy_r is the time rank r spends in forward and backward compute; T_FB is the end of the last
-    forward or backward on any rank, so idle_r + busy_r = T_FB. The optimizer step is left out:
+    busy_r is the time rank r spends in forward and backward compute (B and W where split); T_FB is
+    the end of the last forward or backward on any rank, so idle_r + busy_r = T_FB. The optimizer step is left out:
     it follows the flush and is not part of the pipeline's bubble.
     """
     window_s = max((s.end_s for s in log.spans if s.phase in PIPELINE_PHASES), default=0.0)
@@ -50,11 +50,14 @@ def megatron_bubble_over_ideal_per_rank(log: EventLog) -> list[float | None]:
 
 def peak_inflight_microbatches_per_rank(log: EventLog) -> list[int]:
     """Most (microbatch, stage) activations a rank holds at once: +1 when a forward starts,
-    -1 when its backward ends (an end at the same instant as a start is counted first; an op in
-    pieces starts with its first and ends with its last)."""
+    -1 when its backward ends, its W where the backward is split (EventLog.held_activations; an
+    end at the same instant as a start is counted first; an op in pieces starts with its first and
+    ends with its last)."""
     events: list[list[tuple[float, int]]] = [[] for _ in range(log.num_ranks)]
-    for (rank, phase, _, _), (start, end) in log.whole_ops.items():
-        events[rank].append((start, +1) if phase == Phase.F else (end, -1))
+    for (rank, _, _), (start, end) in log.held_activations.items():
+        events[rank].append((start, +1))
+        if end is not None:
+            events[rank].append((end, -1))
     peaks = []
     for rank_events in events:
         level = peak = 0

@@ -21,7 +21,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
+from clustersim.schedules.ir import MICROBATCH_PHASES, Comm, Phase
 from clustersim.sim.engine.records import EventLog, Span
 from clustersim.sim.results.table import time_unit
 
@@ -32,16 +32,17 @@ STREAM_ORDER = (COMPUTE_STREAM, "send", "recv")  # then any other stream, by nam
 PHASE_STYLE: dict[str, tuple[str, float]] = {
     Phase.F: ("#3b6fb6", 1.0),
     Phase.B: ("#3f9b57", 1.0),
+    Phase.W: ("#a6d96a", 1.0),  # a zero-bubble schedule's weight gradient, a lighter green than its B
     Phase.OPT: ("#c0504d", 1.0),
     Comm.SEND: ("#d9954a", 0.75),
     Comm.RECV: ("#9b8fc4", 0.35),  # mostly waiting for the peer, so drawn lightly
 }
 PALETTE = ("#8c6bb1", "#e377c2", "#17becf", "#bcbd22", "#8c564b", "#7f7f7f", "#2ca02c", "#ff7f0e")
-PHASE_ORDER = (Phase.F, Phase.B, Phase.OPT, Comm.SEND, Comm.RECV)
+PHASE_ORDER = (Phase.F, Phase.B, Phase.W, Phase.OPT, Comm.SEND, Comm.RECV)
 # A receive's span is mostly waiting for its peer; the message's time on the wire is the sender's
 # SEND span, so receives are left out of the chart (they stay in the Perfetto trace).
 HIDDEN_PHASES = (Comm.RECV,)
-LABELLED_PHASES = PIPELINE_PHASES  # microbatch number written inside the box when it fits
+LABELLED_PHASES = MICROBATCH_PHASES  # microbatch number written inside the box when it fits
 MAX_TEXT_LABELS = 2000
 
 COMPUTE_LANE_H = 1.0  # lane heights in y units

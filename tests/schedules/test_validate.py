@@ -6,13 +6,19 @@ from dataclasses import replace
 import pytest
 
 from clustersim.schedules.ir import Compute, Recv, Send
-from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, rank_order, stage_ranks
+from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, placement, rank_order
 from clustersim.schedules.validate import ProgramError, validate
 
 
 def program(kind="1f1b", p=4, m=4, v=1):
     return build_program(
-        rank_order(kind, p, m, v), m, stage_ranks(p, v), 64.0, forward_flops=lambda s: 1.0, backward_flops=lambda s: 2.0
+        rank_order(kind, p, m, v),
+        m,
+        placement(kind, p, v),
+        64.0,
+        forward_flops=lambda s: 1.0,
+        backward_flops=lambda s: 2.0,
+        weight_flops=lambda s: 1.0,
     )
 
 
@@ -22,8 +28,12 @@ def index_of(prog, rank, label):
 
 @pytest.mark.parametrize("kind", sorted(SCHEDULES))
 def test_accepts_every_generated_schedule(kind):
-    for p, m in itertools.product(range(1, 9), range(1, 17)):
-        validate(program(kind, p, m))
+    for p, m, v in itertools.product(range(1, 9), range(1, 17), range(1, 4)):
+        try:
+            SCHEDULES[kind].check(kind, p, m, v)
+        except ScheduleError:
+            continue
+        validate(program(kind, p, m, v))
 
 
 def test_accepts_interleaved_over_a_grid_of_p_v_m():
@@ -56,7 +66,15 @@ def test_a_schedules_sizes_rule_names_the_knob_at_fault(kind, p, m, v, knob):
 
 
 @pytest.mark.parametrize(
-    "kind,p,v,fewest", [("gpipe", 4, 1, 1), ("1f1b", 8, 1, 1), ("interleaved", 4, 1, 1), ("interleaved", 4, 2, 4)]
+    "kind,p,v,fewest",
+    [
+        ("gpipe", 4, 1, 1),
+        ("1f1b", 8, 1, 1),
+        ("interleaved", 4, 1, 1),
+        ("interleaved", 4, 2, 4),
+        ("zbv", 4, 2, 1),
+        ("dualpipev", 4, 2, 8),  # at least as many microbatches as stages, 2 pp
+    ],
 )
 def test_fewest_microbatches_is_the_smallest_the_sizes_rule_accepts(kind, p, v, fewest):
     assert SCHEDULES[kind].fewest_microbatches(kind, p, v) == fewest
@@ -64,7 +82,11 @@ def test_fewest_microbatches_is_the_smallest_the_sizes_rule_accepts(kind, p, v, 
 
 
 def test_unknown_schedule_lists_the_valid_names():
-    with pytest.raises(ValueError, match=r"unknown schedule 'zigzag' \(valid: gpipe, 1f1b, interleaved\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown schedule 'zigzag' \(valid: gpipe, 1f1b, interleaved, zb-h1, interleaved-zb, zbv, dualpipev, "
+        r"looped-bfs\)",
+    ):
         rank_order("zigzag", 4, 8)
 
 

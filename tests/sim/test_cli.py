@@ -55,7 +55,8 @@ BAD_INPUTS = [
         "virtual_without_interleaved",
         GOOD.replace("dp: 1", "dp: 1\n  virtual: 2"),
         "parallel.virtual",
-        r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2 \(several chunks per rank: interleaved\)",
+        r"schedule '1f1b' runs one stage per rank: virtual must be 1, got 2 \(several chunks per rank: interleaved, "
+        r"interleaved-zb, zbv, dualpipev, looped-bfs\)",
     ),
     (
         "layers_not_divisible_by_pp_x_virtual",
@@ -195,6 +196,27 @@ def test_schedule_grid_has_one_row_per_rank(capsys):
     assert main(["schedule", "--kind", "gpipe", "--pp", "3", "--microbatches", "2"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows == ["rank 0 | F0@0 F1@0 B0@0 B1@0", "rank 1 | F0@1 F1@1 B0@1 B1@1", "rank 2 | F0@2 F1@2 B0@2 B1@2"]
+
+
+@pytest.mark.parametrize(
+    "kind,pp,virtual,m",
+    [
+        ("zb-h1", 4, 1, 8),
+        ("interleaved-zb", 4, 2, 8),
+        ("zbv", 4, 2, 8),
+        ("dualpipev", 3, 2, 10),
+        ("looped-bfs", 4, 2, 8),
+    ],
+)
+def test_schedule_json_lists_the_pytorch_runtimes_order_with_w(capsys, kind, pp, virtual, m):
+    """--json gives each rank's F, B and W with microbatch and global stage in executed order: the
+    order of the fixture PyTorch's runtime produced (tests/schedules/torch_orders)."""
+    argv = ["schedule", "--kind", kind, "--pp", str(pp), "--virtual", str(virtual), "--microbatches", str(m), "--json"]
+    assert main(argv) == 0
+    ranks = json.loads(capsys.readouterr().out)["ranks"]
+    fixture = json.loads((ROOT / "tests" / "schedules" / "torch_orders" / f"{kind}.json").read_text())
+    want = next(s["ranks"] for s in fixture["shapes"] if (s["pp"], s["virtual"], s["microbatches"]) == (pp, virtual, m))
+    assert {r: [[o["phase"], o["microbatch"], o["stage"]] for o in ops] for r, ops in ranks.items()} == want
 
 
 def test_interleaved_schedule_json_puts_chunk_c_of_rank_r_on_stage_c_p_plus_r(capsys):

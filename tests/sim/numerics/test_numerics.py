@@ -278,3 +278,26 @@ def test_full_recompute_keeps_only_the_input_and_gives_the_same_gradients():
     redo.backward(0, None)
     for name in kept.grads:
         np.testing.assert_array_equal(redo.grads[name], kept.grads[name])
+
+
+def test_a_split_backward_adds_its_weight_gradients_only_at_w():
+    """B gives the input gradient at once; the parameter gradients count when W runs, the same
+    arrays an unsplit backward adds; a W without its split B is an error."""
+    from clustersim.sim.numerics.plan import make_batch
+
+    cfg = ShadowConfig(layers=2, hidden=8, heads=2, ffn=16, seq_len=5, vocab=11)
+    params = init_params(cfg, 0)
+    tokens, targets = make_batch(cfg, 0, 2)
+    whole, split = StageModel(cfg, 0, 1, params, 1), StageModel(cfg, 0, 1, params, 1)
+    whole.forward(0, tokens, targets)
+    split.forward(0, tokens, targets)
+    whole.backward(0, None)
+    split.backward(0, None, split=True)
+    assert split.missing_backward() == [] and split.missing_weight_gradients() == [0]
+    assert all(not g.any() for g in split.grads.values())
+    split.weight_gradient(0)
+    assert split.missing_weight_gradients() == []
+    for name in whole.grads:
+        np.testing.assert_array_equal(split.grads[name], whole.grads[name])
+    with pytest.raises(RuntimeError, match="stage 0, microbatch 0: W without a split backward before it"):
+        split.weight_gradient(0)

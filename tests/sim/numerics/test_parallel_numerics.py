@@ -108,7 +108,7 @@ MOE_TP_CASES = [
 ]
 
 
-def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True, tp=1, sp=False):
+def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True, tp=1, sp=False, schedule="1f1b"):
     text = MOE_SCENARIO.format(
         gpus=tp * pp * dp,
         global_batch=2 * pp * dp,
@@ -117,10 +117,10 @@ def moe_run(pp, dp, ep, top_k, capacity, shared, zero, bias=0.0, numerics=True, 
         pp=pp,
         dp=dp,
         ep=ep,
-        virtual=1,
+        virtual=2 if SCHEDULES[schedule].chunks_per_rank else 1,
         zero=zero,
         sp=str(sp).lower(),
-        schedule="1f1b",
+        schedule=schedule,
         top_k=top_k,
         shared=shared,
         capacity="null" if capacity is None else capacity,
@@ -192,3 +192,35 @@ def test_without_a_bias_the_rank_with_more_rows_is_the_straggler():
     seconds = [experts_piece_seconds(result, r) for r in range(2)]
     assert seconds[0] / seconds[1] == pytest.approx(rank_rows[0] / rank_rows[1], rel=1e-9)
     assert result.summary["alltoall_straggler_rank"] == int(np.argmax(rank_rows))
+
+
+# The schedules that split backwards (B: input gradient, W: weight gradient, accumulated only when
+# W runs) and looped BFS, through pipeline 1, 2 (V placement for zbv and dualpipev), data parallel
+# 1, 2 with ZeRO 0 and 3, tensor parallel 1 and 2 (sequence parallel on and off).
+NEW_SCHEDULES = ("zb-h1", "interleaved-zb", "zbv", "dualpipev", "looped-bfs")
+SPLIT_CASES = [
+    (tp, pp, dp, sp, zero, schedule, recompute)
+    for schedule in NEW_SCHEDULES
+    for tp, sp in ((1, False), (2, False), (2, True))
+    for pp, dp in itertools.product((1, 2), (1, 2))
+    for zero in ((0, 3) if dp > 1 else (0,))
+    for recompute in (("none", "full") if (pp, dp) == (2, 1) else ("none",))
+]
+
+
+@pytest.mark.parametrize("tp,pp,dp,sp,zero,schedule,recompute", SPLIT_CASES)
+def test_split_backward_schedules_match_one_device(tp, pp, dp, sp, zero, schedule, recompute):
+    summary = run(tp, pp, dp, sp, zero, schedule, recompute)
+    assert summary["numerics_max_rel_err"] < 1e-10
+    assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "schedule,tp,sp,pp,dp,ep",
+    [(s, 1, False, 2, 2, 2) for s in NEW_SCHEDULES] + [(s, 2, True, 2, 2, 2) for s in ("zb-h1", "zbv", "dualpipev")],
+)
+def test_split_backward_schedules_with_experts_match_one_device(schedule, tp, sp, pp, dp, ep):
+    """MoE layers (top-2, capacity 0.5: dropped tokens) with their all-to-alls in B, their expert
+    gradients added at W and reduced over the experts' holders after it."""
+    summary = moe_run(pp, dp, ep, 2, 0.5, 1, 1, tp=tp, sp=sp, schedule=schedule).summary
+    assert summary["numerics_max_rel_err"] < 1e-10

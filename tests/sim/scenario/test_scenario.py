@@ -434,7 +434,14 @@ BAD = [
         "unknown_schedule",
         variant(("schedule", "zb-v")),
         "schedule",
-        r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved\)$",
+        r"unknown schedule 'zb-v' \(valid: gpipe, 1f1b, interleaved, zb-h1, interleaved-zb, zbv, dualpipev, "
+        r"looped-bfs\)$",
+    ),
+    (
+        "v_schedule_needs_two_chunks",
+        variant(("schedule", "zbv")),
+        "parallel.virtual",
+        r"schedule 'zbv' runs two chunks per rank in a V: virtual must be 2, got 1$",
     ),
     (
         "unknown_topology_kind",

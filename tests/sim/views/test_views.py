@@ -178,3 +178,12 @@ def test_trace_leaves_out_the_network_when_it_would_swamp_the_trace(monkeypatch)
     events = chrome_trace(log)["traceEvents"]
     assert sum(1 for e in events if e["ph"] == "X") == len(log.spans)
     assert any("flows left out" in str(e.get("args", {}).get("name", "")) for e in events)
+
+
+def test_gantt_gives_w_its_own_colour_between_b_and_opt():
+    """A zero-bubble schedule's weight gradient is drawn and listed apart from its input gradient."""
+    from clustersim.sim.views.gantt import phase_colours
+
+    styles = phase_colours({"F", "B", "W", "OPT"})
+    assert list(styles) == ["F", "B", "W", "OPT"]
+    assert len({colour for colour, _ in styles.values()}) == 4
