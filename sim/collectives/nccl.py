@@ -1,0 +1,168 @@
+"""The NCCL layer's settings and what it derives per call: protocol, channels, link rates, latency.
+
+A topology graph that carries `graph.graph[NCCL]` (an `NcclConfig`) runs its collectives as NCCL
+does; without it the textbook algorithms run unchanged. Switches (each also a scenario key under
+`cluster.nccl` and a `clustersim collective` flag):
+- `system`: the GPU generation whose NCCL constants apply (SYSTEMS: A100, H100);
+- `protocol`: auto (NCCL's size-based choice, sim.collectives.nccl_tuning.choose) or LL / LL128 / Simple;
+- `tree`, `nvls`: whether NCCL may pick its tree all-reduce, and NVLink SHARP (H100 generation);
+- `pxn`: inter-node messages leave through the NIC on the destination's rail, reached over NVLink
+  (NCCL's PXN, src/transport/net.cc); off, they leave through the sender's own NIC;
+- `copy_engine`: intra-node copies of non-reducing collectives by the copy engine at NVLink line
+  rate (Simple only), instead of SM-driven copies at NCCL's per-NVLink rate.
+
+How the costs enter the flow network (sim.collectives.nccl_algorithms applies them):
+- bytes on an NVLink hop are multiplied by line rate / NCCL's rate (topo.h: 20 GB/s per A100
+  NVLink, 20.6 per H100 NVLink, against 25 on the wire): an SM-driven copy reaches NCCL's figure;
+- bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
+- both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92);
+- every step pays NCCL's per-hop latency of the protocol (tuning.cc hwLatencies), beyond the
+  path latency the network already charges, and the first step NCCL's base latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.sim.collectives import nccl_tuning as tuning
+from clustersim.sim.collectives.steps import CollectiveError
+
+NCCL = "nccl"  # graph.graph key holding the NcclConfig
+
+
+@dataclass(frozen=True)
+class System:
+    """A GPU generation as NCCL sees it."""
+
+    arch: str  # nccl_tuning.ARCHS
+    nvlinks: int  # NVLinks per GPU into the NVSwitches
+    nvlink_Bps: float  # line rate of them all, one direction (the datasheet figure)
+    nvls: bool  # NVSwitch with NVLink SHARP
+
+
+SYSTEMS = {
+    # A100 datasheet: 12 third-generation NVLinks, 600 GB/s bidirectional
+    "A100": System("ampere", 12, 300e9, nvls=False),
+    # H100 SXM datasheet: 18 fourth-generation NVLinks, 900 GB/s bidirectional; NVSwitch gen 3 has SHARP
+    "H100": System("hopper", 18, 450e9, nvls=True),
+}
+
+
+@dataclass(frozen=True)
+class NcclConfig:
+    system: str = "H100"
+    protocol: str = "auto"
+    tree: bool = True
+    nvls: bool = True
+    pxn: bool = True
+    copy_engine: bool = False
+
+    def __post_init__(self) -> None:
+        if self.system not in SYSTEMS:
+            raise ValueError(f"unknown NCCL system {self.system!r} (valid: {', '.join(SYSTEMS)})")
+        if self.protocol not in ("auto", *tuning.PROTOCOLS):
+            raise ValueError(f"unknown protocol {self.protocol!r} (valid: auto, {', '.join(tuning.PROTOCOLS)})")
+
+
+def system_for(nvlink_Bps: float | None) -> str | None:
+    """The system whose NVLink line rate a DGX-like topology has (None when none matches)."""
+    return next((name for name, s in SYSTEMS.items() if nvlink_Bps is not None and s.nvlink_Bps == nvlink_Bps), None)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """One call's NCCL decisions and costs, read by the step generators and the runner."""
+
+    algo: str  # ring, tree, nvls, nvls_tree, pxn
+    protocol: str
+    channels: int
+    intra_factor: float  # bytes on an NVLink hop x this
+    inter_factor: float  # bytes on a NIC hop x this
+    pxn: bool
+    base_latency_s: float  # once, on the first step
+    hop_latency_s: float  # per step, the network's path latency included
+
+
+ALGOS = {"nccl_ring": "ring", "nccl_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pxn": "pxn"}
+
+
+def shape_of(config: NcclConfig, nodes: int, ranks: int, nic_Bps: float | None, nics: int) -> tuning.Shape:
+    system = SYSTEMS[config.system]
+    return tuning.Shape(
+        ranks=ranks,
+        nodes=nodes,
+        arch=system.arch,
+        nvlinks=system.nvlinks,
+        nic_GBps=(nic_Bps or 0.0) / 1e9,
+        nics=nics,
+        nvls=system.nvls and config.nvls,
+    )
+
+
+def pick(op: str, config: NcclConfig, shape: tuning.Shape, nbytes: float) -> str:
+    """The registry name of the algorithm NCCL would run (its tuning model's least time)."""
+    if op == "all_to_all":
+        return "pxn"
+    if op not in ("all_reduce", "reduce_scatter", "all_gather"):
+        raise CollectiveError(f"the NCCL layer builds all_reduce, reduce_scatter, all_gather and all_to_all, not {op}")
+    algos = ["ring"]
+    if op == "all_reduce" and shape.nodes > 1 and config.tree:
+        algos.append("tree")
+    if op == "all_reduce" and shape.nvls:
+        algos.append("nvls" if shape.nodes == 1 else "nvls_tree")
+    algo, _ = tuning.choose(op, nbytes, shape, tuple(algos), _protocols(config, op))
+    return {"ring": "nccl_ring", "tree": "nccl_tree"}.get(algo, algo)
+
+
+def _protocols(config: NcclConfig, op: str) -> tuple[str, ...]:
+    if config.copy_engine and op in ("all_gather", "all_to_all"):
+        return ("Simple",)  # a copy engine moves whole buffers, no LL flags
+    return tuning.PROTOCOLS if config.protocol == "auto" else (config.protocol,)
+
+
+def tune(op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None) -> Tuned:
+    """Protocol, rates and latencies for running `op` with the NCCL algorithm `name`."""
+    algo = ALGOS[name]
+    system = SYSTEMS[config.system]
+    model_algo = "ring" if algo == "pxn" else algo
+    model_op = "all_gather" if op == "all_to_all" else op  # all_to_all: point-to-point, ring-like costs
+    protos = _protocols(config, op)
+    if model_algo.startswith("nvls"):
+        protos = ("Simple",)
+    try:
+        _, protocol = tuning.choose(model_op, nbytes, shape, (model_algo,), protos)
+    except ValueError:
+        raise CollectiveError(
+            f"{name} does not run here: NVLS needs one node of an NVLS system (H100), NVLS-tree several; "
+            f"{shape.nodes} node(s) of {config.system}"
+        ) from None
+    latency_us, bw = tuning.model(model_op, model_algo, protocol, shape)
+    _, simple_bw = tuning.model(model_op, model_algo, "Simple", shape)
+    graph = tuning.ring_graph(shape)
+    nccl_nvlink_Bps = system.nvlinks * tuning.NVLINK_GBps[system.arch] * 1e9
+    copy = config.copy_engine and op in ("all_gather", "all_to_all")
+    intra = 1.0 if copy else system.nvlink_Bps / nccl_nvlink_Bps
+    if algo.startswith("nvls"):
+        intra /= tuning.NVLS_EFFICIENCY[tuning.ARCHS.index(system.arch)]
+    per_nic_Bps = graph.bw_inter_GBps * 1e9 * graph.channels / max(shape.nics, 1)
+    inter = (nic_Bps / per_nic_Bps) if (nic_Bps and shape.nodes > 1) else 1.0
+    protocol_factor = simple_bw / bw if bw > 0 else 1.0
+    base_us = tuning.BASE_LATENCY_us.get(model_algo, (0, 0, 0))[tuning.PROTOCOLS.index(protocol)]
+    steps = max(1, step_count(op, algo, shape))
+    return Tuned(
+        algo=algo,
+        protocol=protocol,
+        channels=graph.channels,
+        intra_factor=intra * protocol_factor,
+        inter_factor=inter * protocol_factor,
+        pxn=config.pxn,
+        base_latency_s=base_us * 1e-6,
+        hop_latency_s=(latency_us - base_us) * 1e-6 / steps,
+    )
+
+
+def step_count(op: str, algo: str, shape: tuning.Shape) -> int:
+    """Steps the generator yields for this algorithm (the latency is spread over them)."""
+    if algo in ("ring", "pxn") and op != "all_to_all":
+        return tuning.steps_of(op, shape.ranks)
+    return 1
