@@ -1,0 +1,109 @@
+"""The NCCL layer: its tuning arithmetic against NVIDIA/nccl's source, the ring per rail on the
+per-link ledger, NVLS's port-load closed form, and the CLI's switches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from clustersim.sim.cli import main
+from clustersim.sim.collectives import nccl, nccl_tuning
+from clustersim.sim.collectives.nccl_algorithms import double_tree
+from clustersim.sim.collectives.run import resolve_protocol, run_collective, time_collective
+from clustersim.sim.network.network import Network
+from clustersim.sim.scenario.spec import parse_spec
+
+GiB = 2**30
+A100_4NODES = "fattree:nodes=4,gpus_per_node=8,nvlink_bandwidth_Bps=300e9,nic_bandwidth_Bps=25e9"
+
+
+def shape(nodes: int, arch: str, nvlinks: int, nic_GBps: float) -> nccl_tuning.Shape:
+    return nccl_tuning.Shape(8 * nodes, nodes, arch, nvlinks, nic_GBps, 8 if nodes > 1 else 0, arch == "hopper")
+
+
+def test_ring_search_gives_nccls_channels_and_speeds():
+    # search.cc: A100 one node, 12 x 20 GB/s NVLink = 240: speed 40 fits 6 channels, doubled (>= 25) to 12 x 20
+    assert nccl_tuning.ring_graph(shape(1, "ampere", 12, 0)) == nccl_tuning.Graph(12, 20.0, 20.0)
+    # four nodes, HDR 25 GB/s NICs: one channel per NIC at 24 GB/s (the fastest inter speed <= 25), not doubled
+    assert nccl_tuning.ring_graph(shape(4, "ampere", 12, 25)) == nccl_tuning.Graph(8, 24.0, 24.0)
+    # H100 one node, 18 x 20.6 = 370.8: sm90 speed 60 fits 6 channels, doubled to 12 x 30
+    assert nccl_tuning.ring_graph(shape(1, "hopper", 18, 0)) == nccl_tuning.Graph(12, 30.0, 30.0)
+
+
+def test_protocol_choice_follows_size():
+    s = shape(1, "ampere", 12, 0)
+    assert nccl_tuning.choose("all_reduce", 8 * 2**10, s, ("ring",), nccl_tuning.PROTOCOLS) == ("ring", "LL")
+    assert nccl_tuning.choose("all_reduce", GiB, s, ("ring",), nccl_tuning.PROTOCOLS) == ("ring", "Simple")
+    # ring LL on one A100 node: base 6.6 us + 14 steps x 0.6 us; bandwidth min(llMaxBw 87.7, 240 x 0.5) x 8/14
+    latency, bw = nccl_tuning.model("all_reduce", "ring", "LL", s)
+    assert latency == pytest.approx(6.6 + 14 * 0.6) and bw == pytest.approx(87.7 * 8 / 14)
+
+
+def test_double_tree_is_nccls_btree_and_its_mirror():
+    # ncclGetBtree over 4: 0 is the root with child 2; 1 and 3 hang off 2. Mirror for an even count.
+    first, second = double_tree(4)
+    assert sorted(first) == [(1, 2), (2, 0), (3, 2)]
+    assert sorted(second) == [(0, 1), (1, 3), (2, 1)]
+
+
+def nic_bytes(spec: str, algo: str, system: str | None) -> np.ndarray:
+    """Bytes each GPU -> NIC link carried during one 1 GiB all-reduce."""
+    graph = parse_spec(spec)
+    if system:
+        graph.graph[nccl.NCCL] = nccl.NcclConfig(system=system)
+    env = simpy.Environment()
+    network = Network(env, graph)
+    env.run(until=env.process(run_collective(network, "all_reduce", algo, range(32), None, GiB)))
+    link_bytes, _, _ = network.ledger.link_totals()
+    names = network.link_names
+    return np.array([b for name, b in zip(names, link_bytes) if name.startswith("gpu") and "->nic" in name])
+
+
+def test_ring_per_rail_loads_every_nic_equally_where_the_flat_ring_loads_one():
+    per_rail = nic_bytes(A100_4NODES, "nccl_ring", "A100")
+    assert len(per_rail) == 32 and per_rail.min() > 0
+    assert per_rail.max() == pytest.approx(per_rail.min(), rel=1e-9)
+    flat = nic_bytes(A100_4NODES, "ring", None)
+    assert np.count_nonzero(flat) == 4  # one NIC per node: the GPU whose ring neighbour is on the next node
+
+
+def test_nvls_all_reduce_is_the_port_load_closed_form():
+    # each GPU link carries M (1 + 1/G) per direction at NCCL's NVLink rate x nvlsEfficiency:
+    # busbw = 2 (G-1)/G x M / t -> 2 B (G-1) / (G+1), B = 18 x 20.6 GB/s x 0.85
+    graph = parse_spec("dgx:1")
+    graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
+    seconds, _ = time_collective(graph, "all_reduce", "nvls", None, 8 * GiB)
+    busbw = 8 * GiB / seconds * 2 * 7 / 8
+    assert busbw == pytest.approx(2 * 18 * 20.6e9 * 0.85 * 7 / 9, rel=1e-3)
+    assert resolve_protocol(graph, "all_reduce", "auto", range(8), 8 * GiB) == ("nvls", "Simple")
+
+
+def test_protocol_override_and_layer_off(capsys):
+    assert (
+        main(
+            [
+                "collective",
+                "all_reduce",
+                "--topology",
+                "dgx:1",
+                "--sizes",
+                "8KiB",
+                "--protocol",
+                "Simple",
+                "--no-nvls",
+                "--csv",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("op,algo,protocol") and ",nccl_ring,Simple," in out[1]
+    assert main(["collective", "all_reduce", "--topology", "dgx:1", "--sizes", "8KiB", "--nccl", "off", "--json"]) == 0
+    assert '"protocol": "-"' in capsys.readouterr().out
+
+
+def test_bad_protocol_is_a_one_line_error(capsys):
+    assert main(["collective", "all_reduce", "--topology", "dgx:1", "--sizes", "8KiB", "--protocol", "LL256"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--protocol: unknown protocol 'LL256'" in err and len(err.splitlines()) == 1
