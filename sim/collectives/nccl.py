@@ -12,8 +12,9 @@ does; without it the textbook algorithms run unchanged. Switches (each also a sc
   rate (Simple only), instead of SM-driven copies at NCCL's per-NVLink rate.
 
 How the costs enter the flow network (sim.collectives.nccl_algorithms applies them):
-- bytes on an NVLink hop are multiplied by line rate / NCCL's rate (topo.h: 20 GB/s per A100
-  NVLink, 20.6 per H100 NVLink, against 25 on the wire): an SM-driven copy reaches NCCL's figure;
+- bytes on an NVLink hop are multiplied by line rate / the rate of NCCL's single-node ring search
+  (channels x speed: 12 x 20 = 240 GB/s on A100, 12 x 30 = 360 on H100, from topo.h's 20 and 20.6
+  GB/s per NVLink against 25 on the wire): an SM-driven copy reaches NCCL's figure;
 - bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
 - both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92);
 - every step pays NCCL's per-hop latency of the protocol (tuning.cc hwLatencies), beyond the
@@ -22,7 +23,7 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.sim.collectives import nccl_tuning as tuning
 from clustersim.sim.collectives.steps import CollectiveError
@@ -139,7 +140,8 @@ def tune(op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: fl
     latency_us, bw = tuning.model(model_op, model_algo, protocol, shape)
     _, simple_bw = tuning.model(model_op, model_algo, "Simple", shape)
     graph = tuning.ring_graph(shape)
-    nccl_nvlink_Bps = system.nvlinks * tuning.NVLINK_GBps[system.arch] * 1e9
+    one_node = tuning.ring_graph(replace(shape, nodes=1, ranks=max(shape.ranks // shape.nodes, 1)))
+    nccl_nvlink_Bps = one_node.channels * one_node.bw_intra_GBps * 1e9  # what NCCL's search runs NVLink at
     copy = config.copy_engine and op in ("all_gather", "all_to_all")
     intra = 1.0 if copy else system.nvlink_Bps / nccl_nvlink_Bps
     if algo.startswith("nvls"):

@@ -70,12 +70,12 @@ def test_ring_per_rail_loads_every_nic_equally_where_the_flat_ring_loads_one():
 
 def test_nvls_all_reduce_is_the_port_load_closed_form():
     # each GPU link carries M (1 + 1/G) per direction at NCCL's NVLink rate x nvlsEfficiency:
-    # busbw = 2 (G-1)/G x M / t -> 2 B (G-1) / (G+1), B = 18 x 20.6 GB/s x 0.85
+    # busbw = 2 (G-1)/G x M / t -> 2 B (G-1) / (G+1), B = 12 channels x 30 GB/s x 0.85
     graph = parse_spec("dgx:1")
     graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
     seconds, _ = time_collective(graph, "all_reduce", "nvls", None, 8 * GiB)
     busbw = 8 * GiB / seconds * 2 * 7 / 8
-    assert busbw == pytest.approx(2 * 18 * 20.6e9 * 0.85 * 7 / 9, rel=1e-3)
+    assert busbw == pytest.approx(2 * 360e9 * 0.85 * 7 / 9, rel=1e-3)
     assert resolve_protocol(graph, "all_reduce", "auto", range(8), 8 * GiB) == ("nvls", "Simple")
 
 
