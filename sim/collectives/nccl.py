@@ -49,6 +49,10 @@ SYSTEMS = {
 }
 
 
+# A scenario's cluster.gpu -> the system whose NCCL constants apply (H200: H100's NVLink4 and NVSwitch)
+SYSTEM_OF_GPU = {"A100-SXM-80GB": "A100", "H100-SXM": "H100", "H200": "H100"}
+
+
 @dataclass(frozen=True)
 class NcclConfig:
     system: str = "H100"

@@ -107,3 +107,53 @@ def test_bad_protocol_is_a_one_line_error(capsys):
     assert main(["collective", "all_reduce", "--topology", "dgx:1", "--sizes", "8KiB", "--protocol", "LL256"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--protocol: unknown protocol 'LL256'" in err and len(err.splitlines()) == 1
+
+
+RUN = """
+name: nccl_run
+cluster:
+  gpu: H100-SXM
+  nodes: {nodes}
+  gpus_per_node: {per}
+  topology: {{kind: fattree, link_latency: 1us}}
+  {nccl}
+model: {{layers: 8, hidden: 512, heads: 8, ffn: 2048, seq_len: 256, vocab: 1000{moe}}}
+training: {{global_batch: {batch}, micro_batch: 1, dtype: bf16}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, zero: 1, bucket: 4MB{ep}}}
+schedule: 1f1b
+numerics: {{enabled: false}}
+"""
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        dict(nodes=4, per=8, tp=8, pp=1, dp=4, batch=8, moe="", ep=""),
+        dict(nodes=4, per=4, tp=2, pp=2, dp=4, batch=8, moe="", ep=""),
+        dict(nodes=2, per=8, tp=2, pp=1, dp=8, batch=8, moe=", moe: {experts: 8, top_k: 2}", ep=", ep: 8"),
+    ],
+    ids=["tp8-dp4", "tp2-pp2-dp4", "moe-ep8"],
+)
+def test_training_runs_use_the_layer_and_symmetry_still_agrees(shape):
+    """TP, DP/ZeRO and EP collectives run through the layer (the step changes when it is on), and
+    walking representatives gives the exact path's step time and link bytes, as without it."""
+    from clustersim.sim.run import simulate
+    from clustersim.sim.scenario.loader import load_scenario_text
+
+    on = load_scenario_text(RUN.format(nccl="nccl: {pxn: true}", **shape), "on.yaml")
+    off = load_scenario_text(RUN.format(nccl="", **shape), "off.yaml")
+    fast, exact = simulate(on), simulate(on, exact=True)
+    assert fast.summary["step_time_s"] == pytest.approx(exact.summary["step_time_s"], rel=1e-9)
+    np.testing.assert_allclose(fast.log.links.bytes, exact.log.links.bytes, rtol=1e-9, atol=1e-3)
+    assert fast.summary["step_time_s"] != pytest.approx(simulate(off).summary["step_time_s"], rel=1e-6)
+
+
+def test_scenario_nccl_needs_nvswitch_nodes_and_a_known_gpu():
+    from clustersim.sim.scenario.loader import load_scenario_text
+    from clustersim.sim.scenario.schema import ScenarioError
+
+    text = RUN.format(nodes=1, per=8, tp=8, pp=1, dp=1, batch=1, moe="", ep="", nccl="nccl: {}")
+    with pytest.raises(ScenarioError, match="cluster.nccl.*dgx or fattree"):
+        load_scenario_text(text.replace("kind: fattree", "kind: switch, link_bandwidth: 450GB/s"), "s.yaml")
+    with pytest.raises(ScenarioError, match="cluster.nccl.protocol.*LL256"):
+        load_scenario_text(text.replace("nccl: {}", "nccl: {protocol: LL256}"), "s.yaml")
