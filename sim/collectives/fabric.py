@@ -4,7 +4,8 @@ Read from the graph's own attributes (`graph.graph`, see topologies.schema), set
 - TOPOLOGY, the kind's name (topologies.registry; absent on a plain switch: a flat fabric);
 - AXES, WRAP: the torus or mesh shape, GPU index = numpy.ravel_multi_index(coords, axes);
 - GPUS_PER_NODE (dgx, fat tree): GPU index = node x gpus_per_node + local index (its rail);
-- NCCL (sim.collectives.nccl): the NCCL layer's settings, when it is on.
+- NCCL (sim.collectives.nccl): the NCCL layer's settings, when it is on (set it before the
+  graph's first collective: the facts are read once per graph).
 A graph without these is one flat fabric: no torus shape, no nodes, textbook algorithms.
 """
 

@@ -157,3 +157,38 @@ def test_scenario_nccl_needs_nvswitch_nodes_and_a_known_gpu():
         load_scenario_text(text.replace("kind: fattree", "kind: switch, link_bandwidth: 450GB/s"), "s.yaml")
     with pytest.raises(ScenarioError, match="cluster.nccl.protocol.*LL256"):
         load_scenario_text(text.replace("nccl: {}", "nccl: {protocol: LL256}"), "s.yaml")
+
+
+def link_bytes(spec: str, op: str, algo: str, config: nccl.NcclConfig | None, n: int) -> dict[str, float]:
+    """Bytes per link during one 1 GiB collective over GPUs 0..n-1."""
+    graph = parse_spec(spec)
+    if config is not None:
+        graph.graph[nccl.NCCL] = config
+    env = simpy.Environment()
+    network = Network(env, graph)
+    env.run(until=env.process(run_collective(network, op, algo, range(n), None, GiB)))
+    return dict(zip(network.link_names, network.ledger.link_totals()[0]))
+
+
+def test_pxn_keeps_inter_node_traffic_on_its_rail():
+    """With PXN every inter-node byte stays on a rail's leaf (no spine); without it the ring's
+    hop from GPU c-1 of one node to GPU c of the next crosses rails through the spines."""
+    spine = lambda loads: sum(b for name, b in loads.items() if "spine" in name)  # noqa: E731
+    on = link_bytes(A100_4NODES, "all_reduce", "nccl_ring", nccl.NcclConfig("A100", pxn=True), 32)
+    off = link_bytes(A100_4NODES, "all_reduce", "nccl_ring", nccl.NcclConfig("A100", pxn=False), 32)
+    assert spine(on) == 0 and spine(off) > 0
+    a2a = link_bytes(A100_4NODES, "all_to_all", "pxn", nccl.NcclConfig("A100", pxn=True), 32)
+    assert spine(a2a) == 0
+
+
+def test_copy_engine_moves_all_gather_at_line_rate():
+    # 8 H100 on one NVSwitch, ring all_gather: busbw = link rate (450 GB/s by copy engine, NCCL's
+    # 12 x 30 = 360 GB/s by SM copies), less the per-step latency, small at 8 GiB
+    busbw = {}
+    for copy_engine in (False, True):
+        graph = parse_spec("dgx:1")  # a fresh graph: the layer's settings are read once per graph
+        graph.graph[nccl.NCCL] = nccl.NcclConfig("H100", copy_engine=copy_engine)
+        seconds, _ = time_collective(graph, "all_gather", "nccl_ring", None, 8 * GiB)
+        busbw[copy_engine] = 8 * GiB / seconds * 7 / 8
+    assert busbw[False] == pytest.approx(360e9, rel=0.01)
+    assert busbw[True] == pytest.approx(450e9, rel=0.01)
