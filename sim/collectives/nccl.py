@@ -120,7 +120,7 @@ def pick(op: str, config: NcclConfig, shape: tuning.Shape, nbytes: float) -> str
 
 
 def _protocols(config: NcclConfig, op: str) -> tuple[str, ...]:
-    if config.copy_engine and op in ("all_gather", "all_to_all"):
+    if config.copy_engine and op == "all_gather":
         return ("Simple",)  # a copy engine moves whole buffers, no LL flags
     return tuning.PROTOCOLS if config.protocol == "auto" else (config.protocol,)
 
@@ -128,33 +128,57 @@ def _protocols(config: NcclConfig, op: str) -> tuple[str, ...]:
 def tune(op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None) -> Tuned:
     """Protocol, rates and latencies for running `op` with the NCCL algorithm `name`."""
     algo = ALGOS[name]
-    system = SYSTEMS[config.system]
-    model_algo = "ring" if algo == "pxn" else algo
-    model_op = "all_gather" if op == "all_to_all" else op  # all_to_all: point-to-point, ring-like costs
-    protos = _protocols(config, op)
-    if model_algo.startswith("nvls"):
-        protos = ("Simple",)
+    if algo == "pxn":
+        protocol = _p2p_protocol(config, nbytes / max(shape.ranks, 1))
+        hop_us = tuning.HW_LATENCY_us["net" if shape.nodes > 1 else "nvlink"]["ring"][tuning.PROTOCOLS.index(protocol)]
+        return _tuned(config, shape, nic_Bps, "all_gather", "ring", algo, protocol, hop_us, steps=1)
+    protos = ("Simple",) if algo.startswith("nvls") else _protocols(config, op)
     try:
-        _, protocol = tuning.choose(model_op, nbytes, shape, (model_algo,), protos)
+        _, protocol = tuning.choose(op, nbytes, shape, (algo,), protos)
     except ValueError:
         raise CollectiveError(
             f"{name} does not run here: NVLS needs one node of an NVLS system (H100), NVLS-tree several; "
             f"{shape.nodes} node(s) of {config.system}"
         ) from None
-    latency_us, bw = tuning.model(model_op, model_algo, protocol, shape)
+    latency_us, _ = tuning.model(op, algo, protocol, shape)
+    base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
+    steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
+    return _tuned(config, shape, nic_Bps, op, algo, algo, protocol, latency_us - base_us, steps)
+
+
+def _p2p_protocol(config: NcclConfig, peer_bytes: float) -> str:
+    """NCCL's send/recv protocol: LL up to NCCL_P2P_LL_THRESHOLD (16 KiB) per peer and channel,
+    else Simple (src/enqueue.cc); a configured protocol wins, the copy engine has Simple only."""
+    if config.copy_engine:
+        return "Simple"
+    if config.protocol != "auto":
+        return config.protocol
+    return "LL" if peer_bytes <= P2P_LL_THRESHOLD_BYTES else "Simple"
+
+
+P2P_LL_THRESHOLD_BYTES = 16384
+# Bytes on the wire per data byte of a send/recv (no collective-level caps apply): an LL line is 8
+# bytes of data and 8 of flags (ncclLLFifoLine in src/include/device.h), an LL128 line 120 of 128
+P2P_WIRE_FACTOR = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
+
+
+def _tuned(config, shape, nic_Bps, model_op, model_algo, algo, protocol, latency_us, steps) -> Tuned:
+    """The rates of `protocol` on this system against NCCL's Simple (tuning.cc's factors), the
+    NVLink and NIC rates of NCCL's ring search, and `latency_us` spread over `steps` steps."""
+    system = SYSTEMS[config.system]
+    _, bw = tuning.model(model_op, model_algo, protocol, shape)
     _, simple_bw = tuning.model(model_op, model_algo, "Simple", shape)
     graph = tuning.ring_graph(shape)
     one_node = tuning.ring_graph(replace(shape, nodes=1, ranks=max(shape.ranks // shape.nodes, 1)))
     nccl_nvlink_Bps = one_node.channels * one_node.bw_intra_GBps * 1e9  # what NCCL's search runs NVLink at
-    copy = config.copy_engine and op in ("all_gather", "all_to_all")
+    copy = config.copy_engine and model_op == "all_gather"  # a copy, no reduction: all_gather, all_to_all
     intra = 1.0 if copy else system.nvlink_Bps / nccl_nvlink_Bps
     if algo.startswith("nvls"):
         intra /= tuning.NVLS_EFFICIENCY[tuning.ARCHS.index(system.arch)]
     per_nic_Bps = graph.bw_inter_GBps * 1e9 * graph.channels / max(shape.nics, 1)
     inter = (nic_Bps / per_nic_Bps) if (nic_Bps and shape.nodes > 1) else 1.0
-    protocol_factor = simple_bw / bw if bw > 0 else 1.0
-    base_us = tuning.BASE_LATENCY_us.get(model_algo, (0, 0, 0))[tuning.PROTOCOLS.index(protocol)]
-    steps = max(1, step_count(op, algo, shape))
+    protocol_factor = P2P_WIRE_FACTOR[protocol] if algo == "pxn" else simple_bw / bw if bw > 0 else 1.0
+    base_us = tuning.BASE_LATENCY_us[model_algo][tuning.PROTOCOLS.index(protocol)]
     return Tuned(
         algo=algo,
         protocol=protocol,
@@ -163,12 +187,5 @@ def tune(op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: fl
         inter_factor=inter * protocol_factor,
         pxn=config.pxn,
         base_latency_s=base_us * 1e-6,
-        hop_latency_s=(latency_us - base_us) * 1e-6 / steps,
+        hop_latency_s=latency_us * 1e-6 / max(1, steps),
     )
-
-
-def step_count(op: str, algo: str, shape: tuning.Shape) -> int:
-    """Steps the generator yields for this algorithm (the latency is spread over them)."""
-    if algo in ("ring", "pxn") and op != "all_to_all":
-        return tuning.steps_of(op, shape.ranks)
-    return 1
