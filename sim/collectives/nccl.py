@@ -78,12 +78,11 @@ def system_for(nvlink_Bps: float | None) -> str | None:
 class Tuned:
     """One call's NCCL decisions and costs, read by the step generators and the runner."""
 
-    algo: str  # ring, tree, nvls, nvls_tree, pxn
     protocol: str
-    channels: int
     intra_factor: float  # bytes on an NVLink hop x this
     inter_factor: float  # bytes on a NIC hop x this
     pxn: bool
+    rails: tuple[int, ...]  # each rank's GPU's index inside its node (its NIC's rail)
     base_latency_s: float  # once, on the first step
     hop_latency_s: float  # per step, the network's path latency included
 
@@ -125,13 +124,17 @@ def _protocols(config: NcclConfig, op: str) -> tuple[str, ...]:
     return tuning.PROTOCOLS if config.protocol == "auto" else (config.protocol,)
 
 
-def tune(op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None) -> Tuned:
-    """Protocol, rates and latencies for running `op` with the NCCL algorithm `name`."""
+def tune(
+    op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None, rails
+) -> Tuned:
+    """Protocol, rates and latencies for running `op` with the NCCL algorithm `name` on ranks
+    whose GPUs sit on `rails` (their index inside their node)."""
     algo = ALGOS[name]
+    call = (config, shape, nic_Bps, tuple(rails))
     if algo == "pxn":
         protocol = _p2p_protocol(config, nbytes / max(shape.ranks, 1))
         hop_us = tuning.HW_LATENCY_us["net" if shape.nodes > 1 else "nvlink"]["ring"][tuning.PROTOCOLS.index(protocol)]
-        return _tuned(config, shape, nic_Bps, "all_gather", "ring", algo, protocol, hop_us, steps=1)
+        return _tuned(call, "all_gather", "ring", algo, protocol, hop_us, steps=1)
     protos = ("Simple",) if algo.startswith("nvls") else _protocols(config, op)
     try:
         _, protocol = tuning.choose(op, nbytes, shape, (algo,), protos)
@@ -143,7 +146,7 @@ def tune(op: str, name: str, config: NcclConfig, shape: tuning.Shape, nbytes: fl
     latency_us, _ = tuning.model(op, algo, protocol, shape)
     base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
-    return _tuned(config, shape, nic_Bps, op, algo, algo, protocol, latency_us - base_us, steps)
+    return _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps)
 
 
 def _p2p_protocol(config: NcclConfig, peer_bytes: float) -> str:
@@ -162,9 +165,10 @@ P2P_LL_THRESHOLD_BYTES = 16384
 P2P_WIRE_FACTOR = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
 
 
-def _tuned(config, shape, nic_Bps, model_op, model_algo, algo, protocol, latency_us, steps) -> Tuned:
+def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps) -> Tuned:
     """The rates of `protocol` on this system against NCCL's Simple (tuning.cc's factors), the
     NVLink and NIC rates of NCCL's ring search, and `latency_us` spread over `steps` steps."""
+    config, shape, nic_Bps, rails = call
     system = SYSTEMS[config.system]
     _, bw = tuning.model(model_op, model_algo, protocol, shape)
     _, simple_bw = tuning.model(model_op, model_algo, "Simple", shape)
@@ -180,12 +184,11 @@ def _tuned(config, shape, nic_Bps, model_op, model_algo, algo, protocol, latency
     protocol_factor = P2P_WIRE_FACTOR[protocol] if algo == "pxn" else simple_bw / bw if bw > 0 else 1.0
     base_us = tuning.BASE_LATENCY_us[model_algo][tuning.PROTOCOLS.index(protocol)]
     return Tuned(
-        algo=algo,
         protocol=protocol,
-        channels=graph.channels,
         intra_factor=intra * protocol_factor,
         inter_factor=inter * protocol_factor,
         pxn=config.pxn,
+        rails=rails,
         base_latency_s=base_us * 1e-6,
         hop_latency_s=latency_us * 1e-6 / max(1, steps),
     )

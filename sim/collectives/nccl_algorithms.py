@@ -1,6 +1,7 @@
 """NCCL's algorithms as steps over flows: rings per rail, double binary trees, NVLS, PXN all-to-all.
 
-Each generator reads `plan.nccl` (sim.collectives.nccl.Tuned) and `plan.nodes`. The data moves
+Each generator reads `plan.nccl` (sim.collectives.nccl.Tuned: protocol, rates, latencies, each
+rank's rail) and `plan.nodes`. The data moves
 are those of the textbook algorithms (exact, checked against numpy); what changes is the traffic
 they put on the fabric and the latency of each step:
 
@@ -36,15 +37,21 @@ from clustersim.sim.collectives.nccl import Tuned
 from clustersim.sim.collectives.steps import CollectiveError, Plan, Step
 
 
+def _nodes(plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """The group's ranks on each node, in rail order (a flat fabric: one node)."""
+    rails = _tuned(plan).rails
+    return tuple(tuple(sorted(node, key=rails.__getitem__)) for node in plan.nodes or (tuple(range(plan.n)),))
+
+
 def _layout(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(node of each rank, local index of each rank, members[node, local] = rank or -1)."""
-    nodes = plan.nodes or (tuple(range(plan.n)),)
-    node_of, local_of = np.zeros(plan.n, np.int64), np.zeros(plan.n, np.int64)
-    members = np.full((len(nodes), max(len(m) for m in nodes)), -1, np.int64)
+    """(node of each rank, rail of each rank, members[node, rail] = the rank there or -1)."""
+    nodes, rails = _nodes(plan), np.array(_tuned(plan).rails, np.int64)
+    node_of = np.zeros(plan.n, np.int64)
+    members = np.full((len(nodes), int(rails.max()) + 1 if len(rails) else 1), -1, np.int64)
     for k, ranks in enumerate(nodes):
-        for j, r in enumerate(ranks):
-            node_of[r], local_of[r], members[k, j] = k, j, r
-    return node_of, local_of, members
+        for r in ranks:
+            node_of[r], members[k, rails[r]] = k, r
+    return node_of, rails, members
 
 
 def _tuned(plan: Plan) -> Tuned:
@@ -56,10 +63,10 @@ def _tuned(plan: Plan) -> Tuned:
 def retraffic(plan: Plan, src, dst, nbytes, apply, latency_s: float) -> Step:
     """The step's messages as NCCL moves them: NVLink and NIC hops at their rates, PXN relays."""
     tuned = _tuned(plan)
-    node_of, local_of, members = _layout(plan)
+    node_of, rail_of, members = _layout(plan)
     src, dst, nbytes = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(nbytes, float)
     same = node_of[src] == node_of[dst]
-    via = members[node_of[src], local_of[dst]] if len(src) else src
+    via = members[node_of[src], rail_of[dst]] if len(src) else src
     relay = ~same & (via >= 0) & (via != src) if tuned.pxn else np.zeros(len(src), bool)
     direct_inter = ~same & ~relay
     parts = [
@@ -73,8 +80,8 @@ def retraffic(plan: Plan, src, dst, nbytes, apply, latency_s: float) -> Step:
 
 
 def _rail_rings(plan: Plan) -> list[list[int]]:
-    """One ring per rail (local index) when every node has the same GPUs; else the plain ring."""
-    nodes = plan.nodes
+    """One ring per rail when every node has as many GPUs of the group; else the plain ring."""
+    nodes = _nodes(plan)
     if not nodes or len(nodes) == 1 or len({len(m) for m in nodes}) != 1:
         return [list(range(plan.n))]
     per_node = len(nodes[0])
@@ -145,7 +152,7 @@ def _tree_traffic(plan: Plan, slice_bytes: float) -> tuple[list[int], list[int],
     """Inter-node tree messages, per rail: each tree edge carries half the slice up and down."""
     src: list[int] = []
     dst: list[int] = []
-    nodes = plan.nodes or (tuple(range(plan.n)),)
+    nodes = _nodes(plan)
     for c in range(len(nodes[0])):
         for tree in double_tree(len(nodes)):
             for child, parent in tree:
@@ -158,7 +165,7 @@ def _tree_traffic(plan: Plan, slice_bytes: float) -> tuple[list[int], list[int],
 def tree_all_reduce(plan: Plan) -> Iterator[Step]:
     """Per rail c: a chain inside each node from GPU c (reduce up, broadcast down: M/G each way
     per hop) and the double binary tree of the nodes' GPU c across nodes."""
-    tuned, nodes = _tuned(plan), plan.nodes or (tuple(range(plan.n)),)
+    tuned, nodes = _tuned(plan), _nodes(plan)
     per_node = len(nodes[0])
     share = plan.nbytes / per_node
     src, dst, nbytes = _tree_traffic(plan, share)
@@ -173,7 +180,7 @@ def tree_all_reduce(plan: Plan) -> Iterator[Step]:
 
 
 def _nvls_traffic(plan: Plan) -> tuple[list[int], list[int], list[float]]:
-    nodes = plan.nodes or (tuple(range(plan.n)),)
+    nodes = _nodes(plan)
     src: list[int] = []
     dst: list[int] = []
     for node in nodes:
@@ -192,7 +199,7 @@ def nvls_all_reduce(plan: Plan) -> Iterator[Step]:
 
 def nvls_tree_all_reduce(plan: Plan) -> Iterator[Step]:
     """NVLS inside each node, and per rail the double binary tree across nodes for that GPU's slice."""
-    tuned, nodes = _tuned(plan), plan.nodes or (tuple(range(plan.n)),)
+    tuned, nodes = _tuned(plan), _nodes(plan)
     src, dst, nbytes = _nvls_traffic(plan)
     tsrc, tdst, tbytes = _tree_traffic(plan, plan.nbytes / len(nodes[0]))
     yield retraffic(

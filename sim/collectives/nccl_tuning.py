@@ -130,7 +130,7 @@ def model(op: str, algo: str, proto: str, shape: Shape) -> tuple[float, float]:
                 bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), graph.channels * PER_CH_MAX_TREE_LL128[a][index2]
             )
     nsteps = steps_of(op, ranks)
-    algbw = bus * (ranks / nsteps if algo != "tree" else 0.5)
+    algbw = bus * (ranks / max(nsteps, 1) if algo != "tree" else 0.5)  # one rank: nothing moves
     return _latency(op, algo, p, shape, nsteps, ppn), algbw
 
 

@@ -63,7 +63,9 @@ def _tune(fabric: Fabric, op: str, name: str, group: list[int], size: float) -> 
     """The NCCL layer's decisions for an NCCL algorithm on a fabric that has the layer on."""
     if name not in nccl.ALGOS or fabric.nccl is None:
         return None
-    return nccl.tune(op, name, fabric.nccl, nccl_shape(fabric, group), size, fabric.nic_Bps)
+    node_of = fabric.node_of_gpu
+    rails = [gpu - node_of.index(node_of[gpu]) for gpu in group] if node_of else list(range(len(group)))
+    return nccl.tune(op, name, fabric.nccl, nccl_shape(fabric, group), size, fabric.nic_Bps, rails)
 
 
 def _size(nbytes, n: int) -> float:

@@ -304,6 +304,8 @@ def test_nccl_algorithms_match_numpy(spec, op, algo, pxn):
     run_case(graph, op, algo, n, np.int64)
     run_case(graph, op, algo, n, np.float64, seed=1)
     run_case(graph, op, "auto", n, np.int64)
+    for group in ([n - 1], [n - 1, 1, 2]):  # one rank; a few scattered over nodes, out of order
+        run_case(graph, op, "auto", len(group), np.int64, group=group)
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "reduce", "reduce_scatter"])

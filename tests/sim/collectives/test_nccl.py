@@ -192,3 +192,20 @@ def test_copy_engine_moves_all_gather_at_line_rate():
         busbw[copy_engine] = 8 * GiB / seconds * 7 / 8
     assert busbw[False] == pytest.approx(360e9, rel=0.01)
     assert busbw[True] == pytest.approx(450e9, rel=0.01)
+
+
+def test_pxn_relays_through_the_group_member_on_the_destination_rail():
+    """Group [0, 1, 8, 9] on 2 nodes x 8: GPU 0 -> GPU 9 leaves through GPU 1's NIC (rail 1),
+    reached over NVLink, so no byte crosses a spine; GPU 0's own NIC carries only rail-0 pieces."""
+    graph = parse_spec("fattree:nodes=2,gpus_per_node=8")
+    graph.graph[nccl.NCCL] = nccl.NcclConfig("H100")
+    env = simpy.Environment()
+    network = Network(env, graph)
+    env.run(until=env.process(run_collective(network, "all_to_all", "pxn", [0, 1, 8, 9], None, GiB)))
+    loads = dict(zip(network.link_names, network.ledger.link_totals()[0]))
+    assert sum(b for name, b in loads.items() if "spine" in name) == 0
+    # each GPU sends GiB / 4 to each of the 2 peers on the other node, on the wire x 50 / 48 (the
+    # NDR NIC's rate over the 48 GB/s channel speed NCCL's search gives 2 NICs per node): one piece
+    # per NIC from its own GPU, one relayed
+    piece = GiB / 4 * 50 / 48
+    assert loads["gpu0->nic0"] == pytest.approx(2 * piece) and loads["gpu1->nic1"] == pytest.approx(2 * piece)
