@@ -16,7 +16,8 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
   (channels x speed: 12 x 20 = 240 GB/s on A100, 12 x 30 = 360 on H100, from topo.h's 20 and 20.6
   GB/s per NVLink against 25 on the wire): an SM-driven copy reaches NCCL's figure;
 - bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
-- both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92);
+- both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92),
+  and by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc);
 - every step pays NCCL's per-hop latency of the protocol (tuning.cc hwLatencies), beyond the
   path latency the network already charges, and the first step NCCL's base latency.
 """
@@ -134,7 +135,7 @@ def tune(
     if algo == "pxn":
         protocol = _p2p_protocol(config, nbytes / max(shape.ranks, 1))
         hop_us = tuning.HW_LATENCY_us["net" if shape.nodes > 1 else "nvlink"]["ring"][tuning.PROTOCOLS.index(protocol)]
-        return _tuned(call, "all_gather", "ring", algo, protocol, hop_us, steps=1)
+        return _tuned(call, "all_gather", "ring", algo, protocol, hop_us, steps=1, few_channels=1.0)
     protos = ("Simple",) if algo.startswith("nvls") else _protocols(config, op)
     try:
         _, protocol = tuning.choose(op, nbytes, shape, (algo,), protos)
@@ -146,7 +147,8 @@ def tune(
     latency_us, _ = tuning.model(op, algo, protocol, shape)
     base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
-    return _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps)
+    used, total = tuning.channels_used(algo, protocol, shape, nbytes)
+    return _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, total / used)
 
 
 def _p2p_protocol(config: NcclConfig, peer_bytes: float) -> str:
@@ -165,9 +167,10 @@ P2P_LL_THRESHOLD_BYTES = 16384
 P2P_WIRE_FACTOR = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
 
 
-def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps) -> Tuned:
+def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps, few_channels) -> Tuned:
     """The rates of `protocol` on this system against NCCL's Simple (tuning.cc's factors), the
-    NVLink and NIC rates of NCCL's ring search, and `latency_us` spread over `steps` steps."""
+    NVLink and NIC rates of NCCL's ring search slowed by `few_channels` (the graph's channels over
+    the call's, enqueue.cc), and `latency_us` spread over `steps` steps."""
     config, shape, nic_Bps, rails = call
     system = SYSTEMS[config.system]
     _, bw = tuning.model(model_op, model_algo, protocol, shape)
@@ -185,8 +188,8 @@ def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps)
     base_us = tuning.BASE_LATENCY_us[model_algo][tuning.PROTOCOLS.index(protocol)]
     return Tuned(
         protocol=protocol,
-        intra_factor=intra * protocol_factor,
-        inter_factor=inter * protocol_factor,
+        intra_factor=intra * protocol_factor * few_channels,
+        inter_factor=inter * protocol_factor * few_channels,
         pxn=config.pxn,
         rails=rails,
         base_latency_s=base_us * 1e-6,

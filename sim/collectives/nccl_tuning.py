@@ -45,6 +45,10 @@ SPEEDS_INTRA = {"sm80": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0
 SPEEDS_INTER = {"sm80": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
                 "sm90": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0)}  # fmt: skip
 MAX_CHANNELS = 32  # src/include/device.h MAXCHANNELS (the search's maxChannels is at most this)
+# src/include/device.h NCCL_*_MAX_NTHREADS and comm.h NCCL_*_THREAD_THRESHOLD: threads per channel
+# and bytes per thread below which enqueue.cc gives a call fewer channels
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,19 @@ def ring_graph(shape: Shape) -> Graph:
         doubled = min(2 * channels, MAX_CHANNELS)
         speed, channels = speed / math.ceil(doubled / channels), doubled
     return Graph(channels, speed, speed)
+
+
+def channels_used(algo: str, proto: str, shape: Shape, nbytes: float) -> tuple[int, int]:
+    """(channels this call runs on, channels of the graph): enqueue.cc drops channels while
+    nbytes < channels x threads x threshold (ring LL's threshold x ranks); NVLS keeps them all."""
+    total = ring_graph(shape).channels
+    if algo.startswith("nvls"):
+        return total, total
+    threshold = THREAD_THRESHOLD[proto] * (shape.ranks if (algo, proto) == ("ring", "LL") else 1)
+    used = total
+    while used >= 2 and nbytes < used * MAX_THREADS[proto] * threshold:
+        used -= 1
+    return used, total
 
 
 def steps_of(op: str, ranks: int) -> int:

@@ -40,6 +40,15 @@ def test_protocol_choice_follows_size():
     assert latency == pytest.approx(6.6 + 14 * 0.6) and bw == pytest.approx(87.7 * 8 / 14)
 
 
+def test_small_calls_run_on_fewer_channels():
+    # enqueue.cc: drop channels while nbytes < channels x 512 threads x 8 bytes x 8 ranks (ring LL)
+    s = shape(1, "ampere", 12, 0)
+    assert nccl_tuning.channels_used("ring", "LL", s, 8 * 2**10) == (1, 12)
+    assert nccl_tuning.channels_used("ring", "LL", s, 5 * 32 * 2**10) == (5, 12)
+    assert nccl_tuning.channels_used("ring", "LL", s, 2**20) == (12, 12)
+    assert nccl_tuning.channels_used("nvls", "Simple", shape(1, "hopper", 18, 0), 8) == (12, 12)
+
+
 def test_double_tree_is_nccls_btree_and_its_mirror():
     # ncclGetBtree over 4: 0 is the root with child 2; 1 and 3 hang off 2. Mirror for an even count.
     first, second = double_tree(4)
