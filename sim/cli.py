@@ -158,8 +158,8 @@ def parser() -> argparse.ArgumentParser:
     coll.add_argument(
         "--nccl",
         default="auto",
-        help="the NCCL layer: auto (on for dgx and fattree topologies whose NVLink rate is an A100's or "
-        "H100's), off (textbook algorithms), or the system A100 | H100",
+        help="the NCCL layer: auto (on where GPUs sit on an NVSwitch at an A100's or H100's NVLink rate: "
+        "dgx, fattree), off (textbook algorithms), or the system A100 | H100",
     )
     coll.add_argument("--protocol", default="auto", help="NCCL protocol: auto (NCCL's choice) | LL | LL128 | Simple")
     coll.add_argument("--no-tree", dest="tree", action="store_false", help="NCCL may not pick its tree all-reduce")

@@ -61,12 +61,12 @@ def _nccl_layer(args: argparse.Namespace, graph) -> str:
     """Put the NCCL layer's settings on the graph as the flags say; a line saying which."""
     from clustersim.sim.collectives.fabric import gpu_link_Bps
     from clustersim.sim.collectives.nccl import NCCL, NcclConfig, system_for
-    from clustersim.topologies.schema import TOPOLOGY
+    from clustersim.topologies.dgx import GPUS_PER_NODE
 
     system = args.nccl
-    if system == "auto":
-        dgx_like = graph.graph.get(TOPOLOGY) in ("dgx", "fattree")
-        system = system_for(gpu_link_Bps(graph, "nvswitch")) if dgx_like else None
+    if system == "auto":  # DGX-like: nodes of GPUs on an NVSwitch at an A100's or H100's NVLink rate
+        nodes = graph.graph.get(GPUS_PER_NODE)
+        system = system_for(gpu_link_Bps(graph, "nvswitch")) if nodes else None
     if system in (None, "off"):
         return "NCCL layer off"
     try:
