@@ -160,7 +160,7 @@ def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
 def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> CollectiveProcess:
     for step in steps:
         if len(step.src):
-            yield from _step_latency(network, gpu[step.src[0]], gpu[step.dst[0]], step.latency_s)
+            yield from _step_latency(network, gpu[step.src[[0, -1]]], gpu[step.dst[[0, -1]]], step.latency_s)
             yield network.transfer_many(gpu[step.src], gpu[step.dst], step.nbytes, label)
         if work is not None:
             step.apply(work, ufunc)
@@ -169,11 +169,13 @@ def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> Collec
 
 def _step_latency(network: Network, src, dst, latency_s: float) -> Generator:
     """An NCCL step's protocol latency beyond the path latency its messages pay anyway (a wait
-    before they start; a textbook step has none)."""
+    before they start; a textbook step has none). `src`, `dst`: the step's first and last
+    messages, which the NCCL layer orders NVLink hops first and NIC hops last, so the longer of
+    the two paths stands for the step's."""
     if latency_s > 0:
-        extra = latency_s - network.routes.path_latency(int(src), int(dst))
-        if extra > 0:
-            yield network.env.timeout(extra)
+        path_s = max(network.routes.path_latency(int(a), int(b)) for a, b in zip(src, dst))
+        if latency_s > path_s:
+            yield network.env.timeout(latency_s - path_s)
 
 
 def step_pairs(
@@ -211,7 +213,7 @@ def run_images(
     gpus = np.array(groups)  # (images, members)
     for step in steps:
         if len(step.src):
-            yield from _step_latency(network, gpus[0, step.src[0]], gpus[0, step.dst[0]], step.latency_s)
+            yield from _step_latency(network, gpus[0, step.src[[0, -1]]], gpus[0, step.dst[[0, -1]]], step.latency_s)
             yield network.transfer_many(
                 gpus[:, step.src].ravel(),
                 gpus[:, step.dst].ravel(),
