@@ -18,8 +18,8 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
 - bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
 - both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92),
   and by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc);
-- every step pays NCCL's per-hop latency of the protocol (tuning.cc hwLatencies), beyond the
-  path latency the network already charges, and the first step NCCL's base latency.
+- every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies; the
+  path latency the network charges counts toward it), and the first step NCCL's base latency more.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """NCCL's algorithms as steps over flows: rings per rail, double binary trees, NVLS, PXN all-to-all.
 
 Each generator reads `plan.nccl` (sim.collectives.nccl.Tuned: protocol, rates, latencies, each
-rank's rail) and `plan.nodes`. The data moves
-are those of the textbook algorithms (exact, checked against numpy); what changes is the traffic
-they put on the fabric and the latency of each step:
+rank's rail) and `plan.nodes`. The data moves are those of the textbook algorithms (exact,
+checked against numpy); what changes is the traffic they put on the fabric and the latency of
+each step:
 
 - **Channels, one ring per rail** (src/graph/rings.cc, search.cc): with G GPUs per node there are G
-  rings; ring c enters every node at local GPU c and visits the node's GPUs from there, and its
-  inter-node hop lands on the next node's GPU c, through rail c's NIC. Each ring carries 1/G of
+  rings; ring c enters every node at its GPU on rail c and visits the node's GPUs from there
+  (ending on rail c-1), and its inter-node hop lands on the next node's rail-c GPU through rail
+  c's NICs (with PXN, the last GPU hands the chunk over NVLink to the rail-c GPU first). Each ring carries 1/G of
   the buffer, so every NIC carries the same bytes (a flat ring would cross nodes through one).
   The 2(n-1) steps of a ring are NCCL's pipeline: a chunk enters the next hop as soon as it has
   landed (src/device/prims_*.h), so latency is paid per step, not per chunk.
