@@ -151,6 +151,14 @@ def tune(
     return _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, total / used)
 
 
+def p2p(config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None) -> Tuned:
+    """Rates and protocol of one send/recv of `nbytes` (a pipeline's activations): NCCL's p2p
+    protocol and wire factors, the NVLink and NIC rates of its search (no latency term: tuning.cc
+    has none for p2p; the path's latency stands)."""
+    protocol = _p2p_protocol(config, nbytes)
+    return _tuned((config, shape, nic_Bps, ()), "all_gather", "ring", "pxn", protocol, 0.0, 1, few_channels=1.0)
+
+
 def _p2p_protocol(config: NcclConfig, peer_bytes: float) -> str:
     """NCCL's send/recv protocol: LL up to NCCL_P2P_LL_THRESHOLD (16 KiB) per peer and channel,
     else Simple (src/enqueue.cc); a configured protocol wins, the copy engine has Simple only."""

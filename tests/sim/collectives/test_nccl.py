@@ -218,3 +218,18 @@ def test_pxn_relays_through_the_group_member_on_the_destination_rail():
     # per NIC from its own GPU, one relayed
     piece = GiB / 4 * 50 / 48
     assert loads["gpu0->nic0"] == pytest.approx(2 * piece) and loads["gpu1->nic1"] == pytest.approx(2 * piece)
+
+
+def test_pipeline_sends_cross_rails_through_pxn():
+    """A send GPU 0 -> GPU 9 (node 1, rail 1) with the layer on: NVLink to GPU 1, then rail 1's
+    NICs; at NCCL's rates (Simple: x 450/360 on NVLink, x 50/45 on the NIC: 8 NICs x 45 GB/s fit
+    the 370.8 GB/s of NVLink); without the layer one flow through the spines."""
+    from clustersim.sim.collectives.nccl_p2p import wire
+
+    graph = parse_spec("fattree:nodes=2,gpus_per_node=8")
+    assert wire(graph, [0], [9], GiB) is None
+    graph = parse_spec("fattree:nodes=2,gpus_per_node=8")
+    graph.graph[nccl.NCCL] = nccl.NcclConfig("H100")
+    src, dst, nbytes = wire(graph, [0, 2], [9, 3], GiB)
+    assert [(int(a), int(b)) for a, b in zip(src, dst)] == [(2, 3), (0, 1), (1, 9)]
+    assert nbytes == pytest.approx([GiB * 450 / 360, GiB * 450 / 360, GiB * 50 / 45])
