@@ -16,6 +16,7 @@ from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import build_program, placement, rank_order
 from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.validate import validate
+from clustersim.sim.collectives.nccl import NCCL
 from clustersim.sim.cost import compute as cost
 from clustersim.sim.cost.stages import (
     alltoall_bytes,
@@ -43,9 +44,13 @@ from clustersim.topologies.registry import TOPOLOGIES
 
 
 def build_topology(scenario: Scenario) -> nx.DiGraph:
-    """The scenario's network graph, built by its kind (topologies.registry) from its keys."""
+    """The scenario's network graph, built by its kind (topologies.registry) from its keys, with
+    the NCCL layer's settings on it when cluster.nccl is given."""
     c = scenario.cluster
-    return TOPOLOGIES[c.topology.kind].build(c.topology, Shape(c.nodes, c.gpus_per_node))
+    graph = TOPOLOGIES[c.topology.kind].build(c.topology, Shape(c.nodes, c.gpus_per_node))
+    if c.nccl_config is not None:  # collectives run as NCCL does (sim.collectives.nccl)
+        graph.graph[NCCL] = c.nccl_config
+    return graph
 
 
 def layout_of(scenario: Scenario) -> Layout:

@@ -201,6 +201,19 @@ def parser() -> argparse.ArgumentParser:
     coll.add_argument("--redop", default="sum", help="sum | prod | max | min (reducing collectives)")
     coll.add_argument("--root", type=int, default=0, help="root GPU of broadcast, reduce, gather, scatter")
     coll.add_argument("--json", action="store_true", help="the rows as a JSON list instead of a table")
+    coll.add_argument("--csv", action="store_true", help="the rows as CSV instead of a table")
+    coll.add_argument(
+        "--nccl",
+        default="auto",
+        help="the NCCL layer: auto (on where GPUs sit on an NVSwitch at an A100's or H100's NVLink rate: "
+        "dgx, fattree), off (textbook algorithms), or the system A100 | H100",
+    )
+    coll.add_argument("--protocol", default="auto", help="NCCL protocol: auto (NCCL's choice) | LL | LL128 | Simple")
+    coll.add_argument("--no-tree", dest="tree", action="store_false", help="NCCL may not pick its tree all-reduce")
+    coll.add_argument("--no-nvls", dest="nvls", action="store_false", help="NCCL may not use NVLink SHARP")
+    coll.add_argument("--no-pxn", dest="pxn", action="store_false", help="inter-node messages use the sender's NIC")
+    coll.add_argument("--copy-engine", action="store_true", help="intra-node copies by the copy engine (line rate)")
+    coll.add_argument("--plot", metavar="PNG", help="also draw busbw vs size for each algorithm of the collective")
     add_key_flags(coll)
     coll.set_defaults(func=collective_command)
     topo = sub.add_parser("topology", help="draw a scenario's network graph to a PNG and print its size")

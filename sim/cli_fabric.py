@@ -16,7 +16,7 @@ from clustersim.sim.scenario.spec import key_flags
 
 def collective_command(args: argparse.Namespace) -> int:
     from clustersim.sim.collectives import CollectiveError
-    from clustersim.sim.collectives.nccl_table import TYPE_BYTES, parse_sizes, sweep, table
+    from clustersim.sim.collectives.nccl_table import TYPE_BYTES, csv_text, parse_sizes, sweep, table
     from clustersim.sim.collectives.ops import OPS, REDUCE_OPS
 
     def bad(flag: str, reason) -> ScenarioError:
@@ -40,16 +40,58 @@ def collective_command(args: argparse.Namespace) -> int:
         raise bad("--topology", f"a collective needs at least 2 GPUs; {args.topology} has {num_gpus}")
     if not 0 <= args.root < num_gpus:
         raise bad("--root", f"{args.root} is not a GPU of {args.topology} (0..{num_gpus - 1})")
+    layer = _nccl_layer(args, graph)
     try:
         rows = sweep(graph, args.op, args.algo, sizes, args.type, args.redop, args.root)
     except CollectiveError as exc:
         raise bad("--algo", exc) from None
     if args.json:
         print(json.dumps(rows, indent=2))
+    elif args.csv:
+        print(csv_text(rows), end="")
     else:
-        print(f"# {args.op} on {args.topology} ({num_gpus} GPUs), algorithm {args.algo}; GB = 1e9 bytes")
+        print(f"# {args.op} on {args.topology} ({num_gpus} GPUs), algorithm {args.algo}, {layer}; GB = 1e9 bytes")
         print(table(rows))
+    if args.plot:
+        _plot(args, graph, sizes)
     return 0
+
+
+def _nccl_layer(args: argparse.Namespace, graph) -> str:
+    """Put the NCCL layer's settings on the graph as the flags say; a line saying which."""
+    from clustersim.sim.collectives.fabric import gpu_link_Bps
+    from clustersim.sim.collectives.nccl import NCCL, NcclConfig, system_for
+    from clustersim.topologies.dgx import GPUS_PER_NODE
+
+    system = args.nccl
+    if system == "auto":  # DGX-like: nodes of GPUs on an NVSwitch at an A100's or H100's NVLink rate
+        nodes = graph.graph.get(GPUS_PER_NODE)
+        system = system_for(gpu_link_Bps(graph, "nvswitch")) if nodes else None
+    if system in (None, "off"):
+        return "NCCL layer off"
+    try:
+        config = NcclConfig(system, args.protocol, args.tree, args.nvls, args.pxn, args.copy_engine)
+    except ValueError as exc:
+        raise ScenarioError("(command line)", "--nccl" if "system" in str(exc) else "--protocol", str(exc)) from None
+    graph.graph[NCCL] = config
+    return f"NCCL layer on ({system})"
+
+
+def _plot(args: argparse.Namespace, graph, sizes: list[int]) -> None:
+    """busbw vs size of `auto` and of every algorithm of the collective that runs on this graph."""
+    from clustersim.sim.collectives import ALGORITHMS, CollectiveError
+    from clustersim.sim.collectives.nccl_table import sweep
+    from clustersim.sim.views.collectives import draw_busbw
+
+    curves = {}
+    for algo in ["auto", *ALGORITHMS[args.op]]:
+        try:
+            rows = sweep(graph, args.op, algo, sizes, args.type, args.redop, args.root)
+        except CollectiveError:
+            continue  # an algorithm that does not run here (needs a torus, NVLS, ...) has no curve
+        curves[algo] = ([r["size_bytes"] for r in rows], [r["busbw_GBps"] for r in rows])
+    draw_busbw(curves, args.plot, f"{args.op} on {args.topology}")
+    print(f"wrote {args.plot}")
 
 
 def _key_flags_given(args: argparse.Namespace) -> dict[str, object]:

@@ -3,8 +3,10 @@
 Read from the graph's own attributes (`graph.graph`, see topologies.schema), set by the builders:
 - TOPOLOGY, the kind's name (topologies.registry; absent on a plain switch: a flat fabric);
 - AXES, WRAP: the torus or mesh shape, GPU index = numpy.ravel_multi_index(coords, axes);
-- GPUS_PER_NODE (dgx, fat tree): GPU index = node x gpus_per_node + local index (its rail).
-A graph without these is one flat fabric: no torus shape, no nodes.
+- GPUS_PER_NODE (dgx, fat tree): GPU index = node x gpus_per_node + local index (its rail);
+- NCCL (sim.collectives.nccl): the NCCL layer's settings, when it is on (set it before the
+  graph's first collective: the facts are read once per graph).
+A graph without these is one flat fabric: no torus shape, no nodes, textbook algorithms.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from clustersim.sim.collectives.nccl import NCCL, NcclConfig
 from clustersim.topologies.dgx import GPUS_PER_NODE
-from clustersim.topologies.schema import AXES, TOPOLOGY, WRAP, gpu_nodes
+from clustersim.topologies.schema import AXES, BANDWIDTH, KIND, TOPOLOGY, WRAP, gpu_nodes
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,8 @@ class Fabric:
     num_gpus: int | None  # None: unknown (no graph given), groups not range-checked
     dims: tuple[int, ...] | None  # torus axes (wrapping ones only; a mesh's lines do not close)
     node_of_gpu: tuple[int, ...] | None  # node number of each GPU, None when flat
+    nccl: NcclConfig | None = None  # the NCCL layer's settings when it is on
+    nic_Bps: float | None = None  # a GPU's NIC rate (GPU -> NIC link), None without NICs
 
 
 FLAT = Fabric(kind=None, num_gpus=None, dims=None, node_of_gpu=None)
@@ -52,7 +57,24 @@ def _describe(graph: nx.DiGraph) -> Fabric:
         dims = None
     per_node = attrs.get(GPUS_PER_NODE)
     node_of_gpu = tuple(i // int(per_node) for i in range(num_gpus)) if per_node else None
-    return Fabric(kind=attrs.get(TOPOLOGY), num_gpus=num_gpus, dims=dims, node_of_gpu=node_of_gpu)
+    return Fabric(
+        kind=attrs.get(TOPOLOGY),
+        num_gpus=num_gpus,
+        dims=dims,
+        node_of_gpu=node_of_gpu,
+        nccl=attrs.get(NCCL),
+        nic_Bps=gpu_link_Bps(graph, "nic"),
+    )
+
+
+def gpu_link_Bps(graph: nx.DiGraph, kind: str) -> float | None:
+    """The bandwidth of GPU 0's link to a node of `kind` (nvswitch, nic), None when it has none."""
+    gpus = gpu_nodes(graph)
+    if not gpus:
+        return None
+    return next(
+        (float(d[BANDWIDTH]) for _, v, d in graph.out_edges(gpus[0], data=True) if graph.nodes[v][KIND] == kind), None
+    )
 
 
 def node_groups(fabric: Fabric, group: list[int]) -> tuple[tuple[int, ...], ...] | None:

@@ -23,7 +23,7 @@ import networkx as nx
 import numpy as np
 
 from clustersim.sim.collectives.ops import REDUCING, ROOTED, reference
-from clustersim.sim.collectives.run import resolve, time_collective
+from clustersim.sim.collectives.run import resolve_protocol, time_collective
 from clustersim.sim.collectives.steps import CollectiveError
 from clustersim.sim.results.table import format_table
 from clustersim.sim.scenario.units import parse_bytes
@@ -60,6 +60,7 @@ COLUMNS = [
     ("redop", "redop", "s"),
     ("root", "root", "d"),
     ("algo", "algo", "s"),
+    ("protocol", "proto", "s"),
     ("time_us", "time (us)", ".2f"),
     ("algbw_GBps", "algbw (GB/s)", ".2f"),
     ("busbw_GBps", "busbw (GB/s)", ".2f"),
@@ -140,10 +141,12 @@ def sweep(
         if outputs is None:
             raise CollectiveError(f"{op} with {algo}: no outputs for the buffers given")
         algbw = size / seconds / 1e9 if seconds > 0 else math.inf
+        name, protocol = resolve_protocol(graph, op, algo, range(n), float(size))
         rows.append(
             {
                 "op": op,
-                "algo": resolve(graph, op, algo, range(n), float(size)),
+                "algo": name,
+                "protocol": protocol,
                 "ranks": n,
                 "size_bytes": size,
                 "count": size // TYPE_BYTES[dtype],
@@ -162,3 +165,15 @@ def sweep(
 def table(rows: list[dict]) -> str:
     """The rows as an nccl-tests-style text table."""
     return format_table(rows, COLUMNS)
+
+
+def csv_text(rows: list[dict]) -> str:
+    """The rows as CSV, every key of a row a column (the JSON's keys, in its order)."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()

@@ -78,7 +78,7 @@ def _check_buffers(op: str, buffers: list, n: int) -> list[np.ndarray]:
 
 
 def prepare(
-    op: str, n: int, nbytes, buffers: list | None, root: int = 0, counts=None, nodes=None, dims=None
+    op: str, n: int, nbytes, buffers: list | None, root: int = 0, counts=None, nodes=None, dims=None, nccl=None
 ) -> tuple[Plan, list[np.ndarray] | None]:
     """The plan every algorithm reads, and the ranks' work buffers (None when only timing)."""
     if op not in OPS:
@@ -87,7 +87,7 @@ def prepare(
         raise CollectiveError(f"{op}: root {root} is not a rank of a group of {n}")
     if np.ndim(nbytes) != 0 and op != "all_to_all":
         raise CollectiveError(f"{op}: nbytes must be one number (a matrix is for all_to_all)")
-    common = dict(n=n, root=root, nodes=nodes, dims=dims)
+    common = dict(n=n, root=root, nodes=nodes, dims=dims, nccl=nccl)
     if op == "all_to_all":
         return _prepare_all_to_all(n, nbytes, buffers, counts, common)
     if buffers is None:

@@ -20,9 +20,10 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from clustersim.sim.collectives.fabric import describe, node_groups, torus_dims
+from clustersim.sim.collectives import nccl
+from clustersim.sim.collectives.fabric import Fabric, describe, node_groups, torus_dims
 from clustersim.sim.collectives.ops import REDUCE_OPS, ROOTED, prepare, results
-from clustersim.sim.collectives.registry import algorithm
+from clustersim.sim.collectives.registry import algorithm, nccl_shape
 from clustersim.sim.collectives.steps import CollectiveError
 from clustersim.sim.network.network import Network
 
@@ -45,9 +46,26 @@ def _check_group(group: Iterable[int], num_gpus: int | None) -> list[int]:
 
 def resolve(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int], nbytes) -> str:
     """The algorithm name `algo` stands for on this graph ("auto" resolved; a miss raises)."""
+    return resolve_protocol(graph, op, algo, group, nbytes)[0]
+
+
+def resolve_protocol(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int], nbytes) -> tuple[str, str]:
+    """(algorithm name, NCCL protocol or "-" for a textbook algorithm) on this graph."""
     fabric = describe(graph)
     group = _check_group(group, fabric.num_gpus)
-    return algorithm(op, algo, fabric, group, _size(nbytes, len(group)))[0]
+    size = _size(nbytes, len(group))
+    name = algorithm(op, algo, fabric, group, size)[0]
+    tuned = _tune(fabric, op, name, group, size)
+    return name, tuned.protocol if tuned else "-"
+
+
+def _tune(fabric: Fabric, op: str, name: str, group: list[int], size: float) -> nccl.Tuned | None:
+    """The NCCL layer's decisions for an NCCL algorithm on a fabric that has the layer on."""
+    if name not in nccl.ALGOS or fabric.nccl is None:
+        return None
+    node_of = fabric.node_of_gpu
+    rails = [gpu - node_of.index(node_of[gpu]) for gpu in group] if node_of else list(range(len(group)))
+    return nccl.tune(op, name, fabric.nccl, nccl_shape(fabric, group), size, fabric.nic_Bps, rails)
 
 
 def _size(nbytes, n: int) -> float:
@@ -122,6 +140,7 @@ def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
         raise CollectiveError(f"unknown reduction {reduce_op!r} (valid: {', '.join(REDUCE_OPS)})")
     n = len(group)
     name, steps_of = algorithm(op, algo, fabric, group, _size(nbytes, n))
+    tuned = _tune(fabric, op, name, group, _size(nbytes, n))
     plan, work = prepare(
         op,
         n,
@@ -131,6 +150,7 @@ def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
         counts,
         nodes=node_groups(fabric, group),
         dims=torus_dims(fabric, group),
+        nccl=tuned,
     )
     steps = steps_of(plan)
     first = next(steps, None)  # runs the algorithm's own checks now, outside the event loop
@@ -140,10 +160,22 @@ def _start(graph, op, algo, group, buffers, nbytes, reduce_op, root, counts):
 def _drive(network, gpu, steps, work, ufunc, label, op, plan, buffers) -> CollectiveProcess:
     for step in steps:
         if len(step.src):
+            yield from _step_latency(network, gpu[step.src[[0, -1]]], gpu[step.dst[[0, -1]]], step.latency_s)
             yield network.transfer_many(gpu[step.src], gpu[step.dst], step.nbytes, label)
         if work is not None:
             step.apply(work, ufunc)
     return None if work is None else results(op, plan, work, buffers)
+
+
+def _step_latency(network: Network, src, dst, latency_s: float) -> Generator:
+    """An NCCL step's protocol latency beyond the path latency its messages pay anyway (a wait
+    before they start; a textbook step has none). `src`, `dst`: the step's first and last
+    messages, which the NCCL layer orders NVLink hops first and NIC hops last, so the longer of
+    the two paths stands for the step's."""
+    if latency_s > 0:
+        path_s = max(network.routes.path_latency(int(a), int(b)) for a, b in zip(src, dst))
+        if latency_s > path_s:
+            yield network.env.timeout(latency_s - path_s)
 
 
 def step_pairs(
@@ -181,6 +213,7 @@ def run_images(
     gpus = np.array(groups)  # (images, members)
     for step in steps:
         if len(step.src):
+            yield from _step_latency(network, gpus[0, step.src[[0, -1]]], gpus[0, step.dst[[0, -1]]], step.latency_s)
             yield network.transfer_many(
                 gpus[:, step.src].ravel(),
                 gpus[:, step.dst].ravel(),

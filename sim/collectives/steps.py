@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from clustersim.sim.collectives.nccl import Tuned
 
 Selection = slice | np.ndarray  # elements of one rank's 1-D work buffer
 
@@ -33,12 +37,14 @@ class CollectiveError(ValueError):
 @dataclass(frozen=True)
 class Step:
     """Messages sent together: local ranks src[i] -> dst[i], nbytes[i] real bytes each; `apply`
-    moves/reduces the small buffers once all have landed."""
+    moves/reduces the small buffers once all have landed. `latency_s`: a step of the NCCL layer
+    takes at least this long from start to last landing (its protocol's per-hop latency)."""
 
     src: np.ndarray
     dst: np.ndarray
     nbytes: np.ndarray
     apply: Callable[[list[np.ndarray], np.ufunc], None]
+    latency_s: float = 0.0
 
 
 @dataclass
@@ -87,7 +93,8 @@ class Plan:
     bounds[r]:bounds[r+1]); every rank's work buffer has bounds[-1] elements, except in
     all_to_all, which uses `send_off`/`recv_off` (n, n): where piece i -> j starts in rank i's and
     in rank j's buffer, `counts` (n, n) its length and `pair_bytes` (n, n) its real size.
-    `nodes` lists the local ranks of each node (hierarchical), `dims` the torus shape (torus).
+    `nodes` lists the local ranks of each node (hierarchical), `dims` the torus shape (torus),
+    `nccl` the NCCL layer's decisions for this call (its algorithms only).
     """
 
     n: int
@@ -100,6 +107,7 @@ class Plan:
     send_off: np.ndarray | None = None
     recv_off: np.ndarray | None = None
     pair_bytes: np.ndarray | None = None
+    nccl: Tuned | None = None
 
     @property
     def length(self) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 import simpy
 
 from clustersim.schedules.ir import Collective, Program
+from clustersim.sim.collectives.nccl_p2p import wire
 from clustersim.sim.collectives.run import apply_collective, run_collective, run_images, step_pairs
 from clustersim.sim.network.ledger import Recording
 from clustersim.sim.network.network import Network
@@ -61,8 +62,12 @@ class Scale:
         return len(op.group)
 
     def send(self, rank: int, peer: int, nbytes: float, label: str) -> simpy.Event:
-        """Move a message rank -> peer; the event fires when it lands."""
-        return self.network.transfer(self.gpu[rank], self.gpu[peer], nbytes, label)
+        """Move a message rank -> peer; the event fires when it lands (as NCCL moves it, when
+        the graph has the NCCL layer: sim.collectives.nccl_p2p)."""
+        flows = wire(self.network.graph, [self.gpu[rank]], [self.gpu[peer]], nbytes)
+        if flows is None:
+            return self.network.transfer(self.gpu[rank], self.gpu[peer], nbytes, label)
+        return self.network.transfer_many(*flows, label)
 
     def signal_from(self, rank: int) -> Callable[[int, float, str], float]:
         """(peer, start_s, label) -> latency: record a zero-byte message from `rank` sent at
@@ -146,7 +151,11 @@ class Symmetric(Scale):
 
     def send(self, rank: int, peer: int, nbytes: float, label: str) -> simpy.Event:
         """The message and its images, together."""
-        return self.network.transfer_many(*self.symmetry.pairs(rank, peer), nbytes, label)
+        src, dst = self.symmetry.pairs(rank, peer)
+        flows = wire(self.network.graph, src, dst, nbytes)
+        if flows is None:
+            return self.network.transfer_many(src, dst, nbytes, label)
+        return self.network.transfer_many(*flows, label)
 
     def ahead(self, op: Collective) -> Recording | None:
         """A replayed collective that its walker meets alone (the other members are its images)."""

@@ -234,6 +234,8 @@ class Scenario(Section):
         values added (num_gpus, gpu_spec, dtype_bytes, num_microbatches, output dir)."""
         data = self.model_dump(mode="json")
         data["cluster"]["topology"] = resolved_topology(self.cluster.topology)
+        if self.cluster.nccl is None:  # absent, as before the key existed (summaries compare equal)
+            del data["cluster"]["nccl"]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from clustersim.sim.collectives.nccl import SYSTEM_OF_GPU, NcclConfig
+from clustersim.sim.collectives.nccl_tuning import PROTOCOLS
 from clustersim.sim.cost.memory import RECOMPUTE_MODES
 from clustersim.sim.scenario.errors import FieldError, show_value
 from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
@@ -38,12 +40,14 @@ if TYPE_CHECKING:  # what the checked names are to a type checker; built at run 
     NumericsDtype = str
     OptimizerName = str
     Recompute = str
+    Protocol = str
 else:
     GpuName = one_of(GPUS, "gpu")
     Dtype = one_of(DTYPE_BYTES, "dtype")
     NumericsDtype = one_of(NUMERICS_DTYPES, "numerics dtype")
     OptimizerName = one_of(OPTIMIZERS, "optimizer")
     Recompute = one_of(RECOMPUTE_MODES, "recompute mode")
+    Protocol = one_of(("auto", *PROTOCOLS), "NCCL protocol")
 
 
 class GpuOverrides(Section):
@@ -55,12 +59,23 @@ class GpuOverrides(Section):
     efficiency: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
 
 
+class NcclSection(Section):
+    """Collectives as NCCL runs them (sim.collectives.nccl): present = on, each key a switch."""
+
+    protocol: Protocol = Field("auto", description="auto (NCCL's size-based choice) or LL, LL128, Simple")
+    tree: bool = Field(True, description="NCCL may pick its double-binary-tree all-reduce across nodes")
+    nvls: bool = Field(True, description="NVLink SHARP all-reduce where the NVSwitch has it (H100, H200)")
+    pxn: bool = Field(True, description="inter-node messages leave through the NIC on the destination's rail")
+    copy_engine: bool = Field(False, description="intra-node copies of all_gather / all_to_all by copy engine")
+
+
 class ClusterSection(Section):
     gpu: GpuName
     gpu_overrides: GpuOverrides = GpuOverrides()
     nodes: int = Field(1, gt=0, le=MAX_NODES)
     gpus_per_node: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
     topology: TopologySection
+    nccl: NcclSection | None = Field(None, description="run collectives as NCCL does (absent: textbook algorithms)")
 
     @property
     def num_gpus(self) -> int:
@@ -77,7 +92,18 @@ class ClusterSection(Section):
             TOPOLOGIES[self.topology.kind].fits(self.topology, Shape(self.nodes, self.gpus_per_node))
         except FitError as exc:
             raise FieldError(exc.key, str(exc)) from None
+        if self.nccl is not None and self.gpu not in SYSTEM_OF_GPU:
+            raise FieldError("nccl", f"NCCL's constants are known for {', '.join(SYSTEM_OF_GPU)}, not {self.gpu}")
+        if self.nccl is not None and self.topology.kind not in ("dgx", "fattree"):
+            raise FieldError("nccl", f"needs NVSwitch nodes (topology kind dgx or fattree), not {self.topology.kind}")
         return self
+
+    @property
+    def nccl_config(self) -> NcclConfig | None:
+        """The NCCL layer's settings, None when cluster.nccl is absent."""
+        if self.nccl is None:
+            return None
+        return NcclConfig(SYSTEM_OF_GPU[self.gpu], **self.nccl.model_dump())
 
     @property
     def gpu_spec(self) -> GpuSpec:

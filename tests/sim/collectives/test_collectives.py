@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from clustersim.sim.cli import main
-from clustersim.sim.collectives import ALGORITHMS, CollectiveError, auto_algorithm, resolve, time_collective
+from clustersim.sim.collectives import ALGORITHMS, CollectiveError, auto_algorithm, nccl, resolve, time_collective
 from clustersim.sim.collectives.fabric import describe
 from clustersim.sim.collectives.nccl_table import BUSBW_FACTOR, parse_sizes, sweep
 from clustersim.sim.collectives.ops import OPS
@@ -238,6 +238,11 @@ def refusal(op: str, algo: str, graph, n: int) -> str | None:
         return "node structure"
     if algo == "torus" and (fabric.dims is None or n != fabric.num_gpus):
         return "torus topology"
+    if algo in nccl.ALGOS and fabric.nccl is None:
+        return "NCCL layer"
+    one_node = fabric.node_of_gpu is None or len(set(fabric.node_of_gpu[:n])) == 1
+    if (algo, one_node) in (("nvls", False), ("nvls_tree", True)):
+        return "NVLS"
     return None
 
 
@@ -286,6 +291,23 @@ def test_every_algorithm_matches_numpy_on_every_topology(spec, op, algo):
     run_case(graph, op, algo, n, np.float64, seed=1)
 
 
+NCCL_PAIRS = [(op, algo) for op in OPS for algo in ALGORITHMS[op] if algo in nccl.ALGOS]
+
+
+@pytest.mark.parametrize("op,algo", NCCL_PAIRS, ids=[f"{o}-{a}" for o, a in NCCL_PAIRS])
+@pytest.mark.parametrize("spec", ["dgx:1", "fattree:nodes=3,gpus_per_node=2", "fattree:nodes=4,gpus_per_node=4"])
+@pytest.mark.parametrize("pxn", [True, False])
+def test_nccl_algorithms_match_numpy(spec, op, algo, pxn):
+    graph = parse_spec(spec)
+    graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100", pxn=pxn)
+    n = describe(graph).num_gpus
+    run_case(graph, op, algo, n, np.int64)
+    run_case(graph, op, algo, n, np.float64, seed=1)
+    run_case(graph, op, "auto", n, np.int64)
+    for group in ([n - 1], [n - 1, 1, 2]):  # one rank; a few scattered over nodes, out of order
+        run_case(graph, op, "auto", len(group), np.int64, group=group)
+
+
 @pytest.mark.parametrize("op", ["all_reduce", "reduce", "reduce_scatter"])
 @pytest.mark.parametrize("reduce_op", ["max", "min", "prod"])
 def test_max_min_prod_reductions(op, reduce_op):
@@ -322,7 +344,7 @@ def test_a_miss_lists_the_valid_names():
     with pytest.raises(
         CollectiveError,
         match=r"unknown algorithm 'rings' for all_gather \(valid: auto, ring, "
-        r"ring_bidir, halving_doubling, direct\)",
+        r"ring_bidir, halving_doubling, direct, nccl_ring\)",
     ):
         time_collective(switch(4, B, A), "all_gather", "rings", None, KiB)
     with pytest.raises(CollectiveError, match="unknown collective 'allreduce'.*all_reduce"):
