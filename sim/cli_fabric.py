@@ -46,7 +46,7 @@ def collective_command(args: argparse.Namespace) -> int:
     except CollectiveError as exc:
         raise bad("--algo", exc) from None
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows, indent=2, allow_nan=False))
     elif args.csv:
         print(csv_text(rows), end="")
     else:

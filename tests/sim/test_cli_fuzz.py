@@ -39,6 +39,7 @@ SPECS = [
     "fattree:nodes=2,gpus_per_node=4,leaf_radix=1",
     "fattree:nodes=3,leaf_radix=2,tiers=3",
     "dgx:1",
+    "dgx:2",
     "dgx:1,nvlink_bandwidth=-1GB/s",
     "dragonfly:nodes=8",
     "torus:4x4,link_bandwidth=",
@@ -47,7 +48,8 @@ SPECS = [
     "",
 ]
 WORDS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p", "gather", "bogus"]
-WORDS += ["1f1b", "gpipe", "interleaved", "auto", "ring", "tree", "float", "int8", "sum", "max", "bogus"]
+WORDS += ["1f1b", "gpipe", "interleaved", "zbv", "dualpipev", "auto", "ring", "tree", "float", "int8", "sum", "max"]
+WORDS += ["A100", "H100", "off", "LL", "LL128", "Simple", "nccl_ring", "nvls", "pxn", "bogus"]
 
 
 def paths(tmp: str) -> st.SearchStrategy[str]:
@@ -76,10 +78,14 @@ def argument_lists(tmp: str) -> st.SearchStrategy[list[str]]:
         "compare": ["-o", "--max-memory"],
         "schema": [],
         "schedule": ["--kind", "--pp", "--microbatches", "--virtual", "--json"],
-        "collective": ["--topology", "--sizes", "--algo", "--type", "--redop", "--root", "--json"],
+        "collective": [
+            *("--topology", "--sizes", "--algo", "--type", "--redop", "--root", "--json", "--csv", "--nccl"),
+            *("--protocol", "--no-tree", "--no-nvls", "--no-pxn", "--copy-engine", "--plot"),
+        ],
         "topology": ["-o", "--link-bandwidth", "--nodes"],
     }
-    lone = {"--no-plots", "--no-trace", "--no-program", "--json"}
+    lone = {"--no-plots", "--no-trace", "--no-program", "--json", "--csv", "--no-tree", "--no-nvls", "--no-pxn"}
+    lone |= {"--copy-engine"}
 
     @st.composite
     def build(draw) -> list[str]:
