@@ -250,9 +250,15 @@ def draw_topology_on(fig: Figure, ax, graph, title: str, link_load: dict | None 
         ncol=1 if link_load is None else len(handles),
     )
     ax.set_title(title, fontsize=10)
-    if AXES in graph.graph or any(kind == "router" for _, kind in graph.nodes(data=KIND)):
+    xy = np.array(list(pos.values()), dtype=float).reshape(-1, 2)
+    flat = bool((np.ptp(xy, axis=0) == 0).any())  # one node, or all in one row: no shape to keep
+    if not flat and (AXES in graph.graph or any(kind == "router" for _, kind in graph.nodes(data=KIND))):
         # grids and circles keep their shape; layered fabrics use the whole width
         ax.set_aspect("equal", adjustable="datalim")
     ax.autoscale_view()
     ax.margins(0.05)
+    for get, put in ((ax.get_xlim, ax.set_xlim), (ax.get_ylim, ax.set_ylim)):
+        low, high = get()
+        if low == high:  # a flat axis gets a unit span (matplotlib would warn and widen it itself)
+            put(low - 0.5, high + 0.5)
     ax.set_axis_off()
