@@ -69,7 +69,7 @@ def dask_client(scheduler: str | None, workers: int | None, processes: bool = Tr
             n_workers=workers or os.cpu_count() or 1,
             threads_per_worker=1,
             processes=processes,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port (no dashboard without bokeh)
             silence_logs=logging.ERROR,
         ) as cluster,
         Client(cluster) as client,
@@ -91,6 +91,8 @@ def run_candidates(jobs: dict[str, dict], filename: str, results_path: Path, cli
             client.submit(simulate_candidate, data, filename, key=f"simulate-{key}"): key for key, data in todo.items()
         }
         with results_path.open("a", encoding="utf-8") as results:
+            if results.tell() and not results_path.read_bytes().endswith(b"\n"):
+                results.write("\n")  # after a line cut short by a kill: the next row starts its own line
             for future in as_completed(futures):
                 key = futures[future]
                 try:

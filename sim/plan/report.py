@@ -99,7 +99,8 @@ def table(rows: list[dict]) -> str:
 
 def write_rows(folder: Path, stem: str, rows: list[dict], title: str, best: dict | None) -> list[str]:
     """STEM.csv, STEM.txt (the table) and pareto.png (when a row ran); the files' names."""
-    (folder / f"{stem}.csv").write_text(csv_text(rows))
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # a refused row has fewer
+    (folder / f"{stem}.csv").write_text(csv_text([dict.fromkeys(columns, "") | row for row in rows]))
     (folder / f"{stem}.txt").write_text(table(rows) + "\n")
     written = [f"{stem}.csv", f"{stem}.txt"]
     ran = [r for r in rows if not r["error"]]
