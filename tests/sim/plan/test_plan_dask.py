@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from clustersim.sim.cli import main
 from clustersim.sim.folder import MARKER, OutputError
 from clustersim.sim.plan.commands import Cluster, plan, sweep
