@@ -65,7 +65,7 @@ def plan(path: str, out: str | Path | None, top: int, cluster: Cluster) -> Outco
             advance()
     ranked.sort(key=lambda pair: pair[0])  # stable: ties keep the enumeration's order
     own = {path_: _value_at(base.model_dump(by_alias=True), path_) for path_ in STRATEGY_KEYS}
-    chosen = [(estimated, overrides) for estimated, overrides in ranked[:top]]
+    chosen = top_diverse(ranked, top)
     if all(overrides != own for _, overrides in chosen):  # the scenario's own strategy is always simulated
         chosen.append((estimate(base, fabric).step_time_s, own))
     jobs = {candidate_key(data, overrides): (estimated, overrides) for estimated, overrides in chosen}
@@ -92,6 +92,21 @@ def plan(path: str, out: str | Path | None, top: int, cluster: Cluster) -> Outco
             (folder / BEST_FILE).write_text(best_scenario_text(best_data, path, best))
             files.append(BEST_FILE)
     return Outcome(folder, rows, files, counts, best)
+
+
+SHAPE_KEYS = ("parallel.tp", "parallel.pp", "parallel.ep", "schedule", "parallel.zero")
+
+
+def top_diverse(ranked: list[tuple[float, dict]], top: int) -> list[tuple[float, dict]]:
+    """The `top` best estimated, at most one per shape (tp, pp, ep, schedule, ZeRO stage) while
+    shapes last, then the next best: an estimate errs alike on candidates of one shape (the
+    virtual count or microbatch size apart), so the simulations are spread over the shapes."""
+    firsts: dict[tuple, tuple[float, dict]] = {}
+    for pair in ranked:
+        firsts.setdefault(tuple(pair[1][k] for k in SHAPE_KEYS), pair)
+    chosen = list(firsts.values())[:top]
+    rest = [pair for pair in ranked if all(pair is not c for c in chosen)]
+    return sorted(chosen + rest[: top - len(chosen)], key=lambda pair: pair[0])
 
 
 def sweep(path: str, sets: list[str], out: str | Path | None, cluster: Cluster) -> Outcome:

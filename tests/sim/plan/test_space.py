@@ -50,3 +50,21 @@ def test_parse_set_reads_values_as_yaml():
     assert parse_set("parallel.order=[dp,pp,tp],[pp,dp,tp]")[1] == [["dp", "pp", "tp"], ["pp", "dp", "tp"]]
     with pytest.raises(ScenarioError, match="--set: expected PATH=VALUE"):
         parse_set("parallel.tp")
+
+
+def test_top_diverse_spreads_the_simulations_over_shapes():
+    """One per shape (tp, pp, ep, schedule, ZeRO) first, by estimate; then the next best."""
+    from clustersim.sim.plan.commands import top_diverse
+
+    def cand(tp, v):
+        return {
+            "parallel.tp": tp,
+            "parallel.pp": 2,
+            "parallel.ep": 1,
+            "schedule": "interleaved",
+            "parallel.zero": 1,
+        } | {"parallel.virtual": v}
+
+    ranked = [(1.0, cand(8, 2)), (1.1, cand(8, 4)), (1.2, cand(8, 8)), (1.3, cand(4, 2)), (1.4, cand(2, 2))]
+    assert top_diverse(ranked, 3) == [ranked[0], ranked[3], ranked[4]]
+    assert top_diverse(ranked, 4) == [ranked[0], ranked[1], ranked[3], ranked[4]]
