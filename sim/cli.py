@@ -7,6 +7,7 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from clustersim.schedules.grid import compute_grid, compute_order_json
@@ -76,14 +77,29 @@ def _plan(args: argparse.Namespace) -> int:
     from clustersim.sim.plan.commands import DEFAULT_TOP, Cluster, plan, print_outcome
 
     top = DEFAULT_TOP if args.top is None else args.top
-    print_outcome(plan(args.scenario, args.output, top, Cluster(args.scheduler, _workers(args.workers))))
-    return 0
+    cluster = Cluster(args.scheduler, _workers(args.workers))
+    return _resumable(lambda: print_outcome(plan(args.scenario, args.output, top, cluster)))
 
 
 def _sweep(args: argparse.Namespace) -> int:
     from clustersim.sim.plan.commands import Cluster, print_outcome, sweep
 
-    print_outcome(sweep(args.scenario, args.set, args.output, Cluster(args.scheduler, _workers(args.workers))))
+    cluster = Cluster(args.scheduler, _workers(args.workers))
+    return _resumable(lambda: print_outcome(sweep(args.scenario, args.set, args.output, cluster)))
+
+
+def _resumable(work: Callable[[], None]) -> int:
+    """Run a plan or sweep; an interruption keeps what finished (the folder's results file)."""
+    try:
+        work()
+    except (KeyboardInterrupt, Terminated) as exc:
+        signal_name, code = ("SIGINT", 130) if isinstance(exc, KeyboardInterrupt) else ("SIGTERM", 143)
+        print(
+            f"clustersim: interrupted ({signal_name}); the candidates simulated so far are kept: "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return code
     return 0
 
 
