@@ -5,7 +5,8 @@ the top ones are simulated in full).
 Memory: the same formulas as a run's memory timeline (sim.run.memory_of): ZeRO-sharded model
 states of the stages a rank holds (sim.cost.memory.model_state_bytes of sim.cost.stages.stage_params),
 Korthikanti's activations per layer x the layers of a stage x the most microbatches the rank
-holds at once under the schedule (sim.plan.timeline), and ZeRO-3's largest gathered stage.
+holds at once under the schedule (sim.plan.timeline), and ZeRO-3's gathered weights: two copies
+of the largest stage (one in use, one prefetched: schedules.data_parallel).
 
 Step time, for the pipeline rank that works longest:
 
@@ -86,7 +87,7 @@ class Fabric:
 
 
 def memory_peak_bytes(scenario: Scenario) -> float:
-    """The largest rank's peak: static states + ZeRO-3 gather + its most held activations."""
+    """The largest rank's peak: static states + ZeRO-3 gathers + its most held activations."""
     p, m = scenario.parallel, scenario.model_spec
     played = play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, 2.0)
     per_layer = layer_activation_bytes(scenario)
@@ -95,7 +96,7 @@ def memory_peak_bytes(scenario: Scenario) -> float:
     for rank in range(p.pp):
         stages = _stages_of(scenario, rank)
         static = sum(sum(model_state_bytes(stage_params(scenario, s), p.zero, p.dp).values()) for s in stages)
-        gather = max(weight_bytes(scenario, s) for s in stages) if p.zero == 3 and p.dp > 1 else 0.0
+        gather = 2 * max(weight_bytes(scenario, s) for s in stages) if p.zero == 3 and p.dp > 1 else 0.0
         peaks.append(static + gather + played.peak_inflight[rank] * per_stage)
     return max(peaks)
 

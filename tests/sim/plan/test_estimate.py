@@ -1,6 +1,8 @@
 """The planner's analytical estimate: the memory peak against a closed form and against the
 simulator's own memory timeline; the step time against a full simulation."""
 
+from pathlib import Path
+
 import pytest
 
 from clustersim.sim.build import build_topology
@@ -36,9 +38,22 @@ def test_memory_estimate_refuses_gpt3_175b_unsharded():
     assert not est.fits and est.memory_peak_bytes > 30 * est.memory_capacity_bytes
 
 
-def test_memory_estimate_equals_the_simulated_peak():
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},  # 1F1B over 4 stages
+        {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 2, dp: 4, zero: 3}"},  # gathered weights, prefetched
+        {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 2, virtual: 2, dp: 2, tp: 2}", "1f1b": "interleaved"},
+        {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 1, dp: 8, zero: 3}", "1f1b": "gpipe"},
+    ],
+)
+def test_memory_estimate_equals_the_simulated_peak(small, change):
     """Same formulas as a run's memory timeline, with the schedule's in-flight microbatches."""
-    scenario = load_scenario_text(QUICKSTART.read_text().replace("enabled: true", "enabled: false"))
+    text = Path(small).read_text() if change else QUICKSTART.read_text().replace("enabled: true", "enabled: false")
+    for old, new in change.items():
+        assert old in text
+        text = text.replace(old, new)
+    scenario = load_scenario_text(text)
     summary = simulate(scenario).summary
     simulated = max(peak["total"] for peak in summary["memory_peak_bytes_per_rank"].values())
     assert memory_peak_bytes(scenario) == pytest.approx(simulated, rel=1e-9)
