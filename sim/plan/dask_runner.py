@@ -70,7 +70,7 @@ def dask_client(scheduler: str | None, workers: int | None, processes: bool = Tr
             threads_per_worker=1,
             processes=processes,
             dashboard_address=":0",  # any free port (no dashboard without bokeh)
-            silence_logs=logging.ERROR,
+            silence_logs=logging.CRITICAL,  # a worker cut off by an interruption is not news
         ) as cluster,
         Client(cluster) as client,
     ):
