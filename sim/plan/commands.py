@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim.sim.build import build_topology
 from clustersim.sim.folder import check_target, resumable_folder
-from clustersim.sim.plan.dask_runner import RESULTS_FILE, dask_client, run_candidates
-from clustersim.sim.plan.estimate import Fabric, estimate, memory_peak_bytes
+from clustersim.sim.plan.dask_runner import RESULTS_FILE, dask_client, estimate_all, run_candidates
+from clustersim.sim.plan.estimate import estimate, fabric_of
 from clustersim.sim.plan.report import best_row, best_scenario_text, result_row, table, write_rows
 from clustersim.sim.plan.space import STRATEGY_KEYS, candidate_key, grid, parse_set, scenario_of, valid_candidates
-from clustersim.sim.progress import candidate_progress
 from clustersim.sim.scenario.errors import ScenarioError
 from clustersim.sim.scenario.loader import scenario_data, validate_data, with_overrides
 
@@ -54,29 +52,24 @@ def plan(path: str, out: str | Path | None, top: int, cluster: Cluster) -> Outco
     data = scenario_data(path)
     base = validate_data(data, path)
     folder = check_target(Path(out) if out else Path("runs") / f"plan-{base.name}")  # before any work
-    kept, refused = valid_candidates(data, base, path)
-    fabric = Fabric(build_topology(base))
-    capacity = base.gpu_spec.memory_bytes
-    ranked: list[tuple[float, dict]] = []
-    with candidate_progress(len(kept), 0, "estimating", unit="candidate") as advance:
-        for overrides, scenario in kept:
-            if memory_peak_bytes(scenario) <= capacity:
-                ranked.append((estimate(scenario, fabric).step_time_s, overrides))
-            advance()
-    ranked.sort(key=lambda pair: pair[0])  # stable: ties keep the enumeration's order
-    own = {path_: _value_at(base.model_dump(by_alias=True), path_) for path_ in STRATEGY_KEYS}
-    chosen = top_diverse(ranked, top)
-    if all(overrides != own for _, overrides in chosen):  # the scenario's own strategy is always simulated
-        chosen.append((estimate(base, fabric).step_time_s, own))
-    jobs = {candidate_key(data, overrides): (estimated, overrides) for estimated, overrides in chosen}
-    counts = {
-        "enumerated": len(kept) + refused,
-        "refused_by_loader": refused,
-        "over_memory": len(kept) - len(ranked),
-        "ranked": len(ranked),
-        "simulated": len(jobs),
-    }
     with resumable_folder(folder, "plan"), dask_client(cluster.scheduler, cluster.workers, cluster.processes) as client:
+        kept, refused = valid_candidates(data, base, path)
+        steps = estimate_all(client, data, path, [overrides for overrides, _ in kept])
+        ranked = sorted(
+            ((step, overrides) for step, (overrides, _) in zip(steps, kept) if step is not None), key=lambda p: p[0]
+        )  # stable: ties keep the enumeration's order
+        own = {path_: _value_at(base.model_dump(by_alias=True), path_) for path_ in STRATEGY_KEYS}
+        chosen = top_diverse(ranked, top)
+        if all(overrides != own for _, overrides in chosen):  # the scenario's own strategy is always simulated
+            chosen.append((estimate(base, fabric_of(base)).step_time_s, own))
+        jobs = {candidate_key(data, overrides): (estimated, overrides) for estimated, overrides in chosen}
+        counts = {
+            "enumerated": len(kept) + refused,
+            "refused_by_loader": refused,
+            "over_memory": len(kept) - len(ranked),
+            "ranked": len(ranked),
+            "simulated": len(jobs),
+        }
         simulated = run_candidates(
             {key: with_overrides(data, overrides, path) for key, (_, overrides) in jobs.items()},
             path,

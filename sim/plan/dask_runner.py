@@ -77,6 +77,26 @@ def dask_client(scheduler: str | None, workers: int | None, processes: bool = Tr
         yield client
 
 
+ESTIMATE_CHUNK = 250  # candidates per estimating task: a few seconds of work each
+
+
+def estimate_all(client: Client, data: dict, filename: str, candidates: list[dict]) -> list[float | None]:
+    """Every candidate's estimated step time (None: over memory), computed in chunks on the
+    cluster's workers (sim.plan.estimate.estimate_chunk), in the candidates' order."""
+    from clustersim.sim.plan.estimate import estimate_chunk
+
+    chunks = [candidates[i : i + ESTIMATE_CHUNK] for i in range(0, len(candidates), ESTIMATE_CHUNK)]
+    steps: list[list[float | None]] = [[] for _ in chunks]
+    with candidate_progress(len(candidates), 0, "estimating", unit="candidate") as advance:
+        futures = {
+            client.submit(estimate_chunk, data, filename, chunk, pure=False): i for i, chunk in enumerate(chunks)
+        }
+        for future in as_completed(futures):
+            steps[futures[future]] = future.result()
+            advance(len(steps[futures[future]]))
+    return [step for chunk_steps in steps for step in chunk_steps]
+
+
 def run_candidates(jobs: dict[str, dict], filename: str, results_path: Path, client: Client, label: str) -> dict:
     """Simulate every job (key -> scenario data) not yet in `results_path`, appending each row as
     it finishes; return the rows of all jobs, by key. A simulation that raises leaves a row with

@@ -33,7 +33,7 @@ from functools import lru_cache
 
 import networkx as nx
 
-from clustersim.sim.build import layout_of
+from clustersim.sim.build import build_topology, layout_of
 from clustersim.sim.collectives.run import time_collective
 from clustersim.sim.cost import compute as cost
 from clustersim.sim.cost.memory import model_state_bytes
@@ -46,6 +46,7 @@ from clustersim.sim.cost.stages import (
     stage_params,
     weight_bytes,
 )
+from clustersim.sim.plan.space import scenario_of
 from clustersim.sim.plan.timeline import play
 from clustersim.sim.scenario.schema import Scenario
 
@@ -107,6 +108,28 @@ def estimate(scenario: Scenario, fabric: Fabric) -> Estimate:
     capacity = scenario.gpu_spec.memory_bytes
     ends = sorted({0, scenario.parallel.pp - 1})  # the embedding's and the LM head's ranks: the longest
     return Estimate(max(_rank_step_s(scenario, fabric, r) for r in ends), memory, capacity)
+
+
+_FABRICS: dict[str, Fabric] = {}  # per process (a Dask worker's): each cluster's collectives timed once
+
+
+def fabric_of(scenario: Scenario) -> Fabric:
+    """The Fabric of the scenario's cluster, built once per process."""
+    key = scenario.cluster.model_dump_json()
+    if key not in _FABRICS:
+        _FABRICS[key] = Fabric(build_topology(scenario))
+    return _FABRICS[key]
+
+
+def estimate_chunk(data: dict, filename: str, chunk: list[dict]) -> list[float | None]:
+    """On a worker: each candidate's (overrides of `data`) estimated step time, or None when its
+    memory peak exceeds the GPU's (so it is never simulated)."""
+    steps: list[float | None] = []
+    for overrides in chunk:
+        scenario = scenario_of(data, overrides, filename)
+        fits = memory_peak_bytes(scenario) <= scenario.gpu_spec.memory_bytes
+        steps.append(estimate(scenario, fabric_of(scenario)).step_time_s if fits else None)
+    return steps
 
 
 def _stages_of(scenario: Scenario, rank: int) -> list[int]:
