@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,8 +35,10 @@ def simulate_candidate(data: dict, filename: str) -> dict:
     from clustersim.sim.run import simulate
     from clustersim.sim.scenario.loader import validate_data
 
+    started = time.perf_counter()
     result = simulate(validate_data(data, filename))
     row = compare_row(result)
+    row["simulation_wall_s"] = time.perf_counter() - started  # what the candidate cost to simulate
     del row["hottest_links"]
     peaks = result.summary["memory_peak_bytes_per_rank"]
     row["memory_peak_bytes_per_rank"] = [peaks[rank]["total"] for rank in sorted(peaks, key=int)]

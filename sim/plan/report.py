@@ -62,6 +62,7 @@ def result_row(key: str, overrides: dict, simulated: dict, estimated_s: float | 
         "exposed_comm_s": sum(exposed.values()),
     }
     row |= {f"exposed_{kind}_s": seconds for kind, seconds in exposed.items()}
+    row["simulation_wall_s"] = simulated.get("simulation_wall_s")
     row["memory_peak_bytes_per_rank"] = " ".join(f"{b:.0f}" for b in simulated["memory_peak_bytes_per_rank"])
     return row | {"error": ""}
 
