@@ -168,7 +168,7 @@ def parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="search the parallel strategies for a scenario's model, cluster and batch")
     plan.add_argument("scenario", help="scenario YAML file (its model, cluster and global batch)")
     plan.add_argument("-o", "--output", help="output folder (default: runs/plan-<name>); a rerun into it resumes")
-    plan.add_argument("--top", type=int, help="how many of the best estimated strategies to simulate (default 8)")
+    plan.add_argument("--top", type=int, help="how many of the best estimated strategies to simulate (default 6)")
     _add_dask_flags(plan)
     plan.set_defaults(func=_plan)
     swp = sub.add_parser("sweep", help="simulate every combination of some scenario values")

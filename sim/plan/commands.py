@@ -20,7 +20,7 @@ from clustersim.sim.plan.space import STRATEGY_KEYS, candidate_key, grid, parse_
 from clustersim.sim.scenario.errors import ScenarioError
 from clustersim.sim.scenario.loader import scenario_data, validate_data, with_overrides
 
-DEFAULT_TOP = 8
+DEFAULT_TOP = 6
 BEST_FILE = "best.yaml"
 
 

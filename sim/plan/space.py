@@ -12,8 +12,8 @@ the loader refuses few: tp among the divisors of the GPU count up to one node's 
 dividing the layers, dp the rest, ep dividing dp and the experts (MoE models), microbatches of
 1 to MAX_MICRO_BATCH sequences dividing a replica's batch, every registered schedule
 (schedules.pipeline.SCHEDULES, so a new one joins by registering) with, for those that run
-several chunks per rank, every virtual count dividing a rank's layers; ZeRO 0-3 (0 alone without
-data parallelism), recompute none / selective / full, sequence parallelism off and on (tp > 1).
+several chunks per rank, every virtual count dividing a rank's layers; ZeRO 0, 2 and 3 (0 alone
+without data parallelism; ZeRO_STAGES says why not 1), recompute none / selective / full, sequence parallelism off and on (tp > 1).
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from clustersim.sim.scenario.errors import ScenarioError
 from clustersim.sim.scenario.loader import parse_yaml_value, validate_data, with_overrides
 from clustersim.sim.scenario.schema import Scenario
 
+# ZeRO 1 is left out: ZeRO 2 moves the same bytes at the same times and only holds less
+# (schedules/data_parallel.py), so in this model ZeRO 1 is never better on either axis.
+ZERO_STAGES = (0, 2, 3)
 MAX_MICRO_BATCH = 8  # Megatron-LM's published runs use 1 to 8 sequences per microbatch
 STRATEGY_KEYS = (
     "parallel.tp",
@@ -69,7 +72,7 @@ def strategies(base: Scenario) -> Iterator[Overrides]:
                     shape: Overrides = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp, "parallel.ep": ep}
                     shape |= {"parallel.virtual": virtual, "training.micro_batch": mb, "schedule": schedule}
                     for zero, recompute, sp in itertools.product(
-                        range(4) if dp > 1 else [0], RECOMPUTE_MODES, [False, True] if tp > 1 else [False]
+                        ZERO_STAGES if dp > 1 else [0], RECOMPUTE_MODES, [False, True] if tp > 1 else [False]
                     ):
                         yield shape | {
                             "parallel.zero": zero,
