@@ -13,7 +13,8 @@ dividing the layers, dp the rest, ep dividing dp and the experts (MoE models), m
 1 to MAX_MICRO_BATCH sequences dividing a replica's batch, every registered schedule
 (schedules.pipeline.SCHEDULES, so a new one joins by registering) with, for those that run
 several chunks per rank, every virtual count dividing a rank's layers; ZeRO 0, 2 and 3 (0 alone
-without data parallelism; ZeRO_STAGES says why not 1), recompute none / selective / full, sequence parallelism off and on (tp > 1).
+without data parallelism; ZeRO_STAGES says why not 1), recompute none / selective / full,
+sequence parallelism off and on (tp > 1).
 """
 
 from __future__ import annotations
