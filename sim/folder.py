@@ -85,6 +85,25 @@ def locked(folder: str | Path) -> Iterator[None]:
             lock_path.unlink(missing_ok=True)
 
 
+def write_marker(folder: Path, kind: str) -> None:
+    """Mark `folder` as clustersim's: the version that wrote it and what kind of output it holds."""
+    (folder / MARKER).write_text(json.dumps({"clustersim": version(), "kind": kind}) + "\n")
+
+
+@contextmanager
+def resumable_folder(folder: str | Path, kind: str) -> Iterator[Path]:
+    """A folder written in place as work finishes, so an interrupted command resumes from what is
+    in it (`clustersim plan`, `sweep`): checked as any run folder (absent or clustersim's, never
+    a user's), made and marked at once, locked against a second writer while the block runs.
+    Files clustersim wrote earlier stay; nothing is ever deleted."""
+    folder = check_target(folder)
+    with locked(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / MARKER).is_file():
+            write_marker(folder, kind)
+        yield folder
+
+
 @contextmanager
 def output_folder(folder: str | Path, kind: str = "run") -> Iterator[Path]:
     """A fresh hidden sibling of `folder` to write into; when the block ends it gets the marker and
@@ -95,7 +114,7 @@ def output_folder(folder: str | Path, kind: str = "run") -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         yield tmp
-        (tmp / MARKER).write_text(json.dumps({"clustersim": version(), "kind": kind}) + "\n")
+        write_marker(tmp, kind)
         old = None
         if folder.exists():
             check_target(folder)  # still a previous run's (nobody swapped in a folder of their own meanwhile)

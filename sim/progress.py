@@ -33,3 +33,20 @@ def op_progress(total_ops: int, label: str) -> Iterator[Callable[[int], None]]:
         yield update
     finally:
         bar.close()
+
+
+@contextmanager
+def candidate_progress(total: int, done: int, label: str, unit: str = "run") -> Iterator[Callable[..., None]]:
+    """A bar over the candidates of a plan or sweep (those already done, from a previous run,
+    counted from the start); yield a callback for `n` (default 1) more finished. On a terminal only."""
+    bar = tqdm(
+        total=total, initial=done, desc=label, unit=unit, leave=True, disable=not sys.stderr.isatty(), file=sys.stderr
+    )
+
+    def advance(n: int = 1) -> None:
+        bar.update(n)
+
+    try:
+        yield advance
+    finally:
+        bar.close()

@@ -19,8 +19,8 @@ from clustersim.sim.build import (
     replica_placements,
     symmetry_of,
 )
-from clustersim.sim.cost.memory import activation_bytes_per_layer, model_state_bytes
-from clustersim.sim.cost.stages import stage_params, weight_bytes
+from clustersim.sim.cost.memory import model_state_bytes
+from clustersim.sim.cost.stages import layer_activation_bytes, stage_params, weight_bytes
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
@@ -77,15 +77,7 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     p, m = scenario.parallel, scenario.model_spec
     static: dict[int, dict[str, float]] = {}
     activations: dict[int, dict[int, float]] = {}
-    per_layer = activation_bytes_per_layer(
-        m.seq_len,
-        scenario.training.micro_batch,
-        m.hidden,
-        m.heads,
-        t=p.tp,
-        sp=p.sequence_parallel,
-        recompute=scenario.training.recompute,
-    )
+    per_layer = layer_activation_bytes(scenario)
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
             states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.sim.cost import compute as cost
+from clustersim.sim.cost.memory import activation_bytes_per_layer
 from clustersim.sim.scenario.schema import Scenario
 
 
@@ -38,6 +39,21 @@ def stage_params(scenario: Scenario, stage: int) -> float:
     if stage == num_stages - 1:
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
     return params / scenario.parallel.tp + moe_whole_params(scenario, stage)
+
+
+def layer_activation_bytes(scenario: Scenario) -> float:
+    """Bytes one layer keeps per in-flight microbatch (Korthikanti et al., sim.cost.memory) at the
+    scenario's microbatch, tensor and sequence parallelism and recompute."""
+    m, p = scenario.model_spec, scenario.parallel
+    return activation_bytes_per_layer(
+        m.seq_len,
+        scenario.training.micro_batch,
+        m.hidden,
+        m.heads,
+        t=p.tp,
+        sp=p.sequence_parallel,
+        recompute=scenario.training.recompute,
+    )
 
 
 def stage_forward_flops(scenario: Scenario, stage: int) -> float:

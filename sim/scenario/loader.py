@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
@@ -76,21 +77,41 @@ def load_variants_text(text: str, filename: str = "<string>") -> list[Scenario]:
         where = f"variants[{i}]"
         if not isinstance(variant, dict) or not isinstance(variant.get("name"), str):
             raise ScenarioError(filename, where, "each variant is a mapping with a name and dotted-path overrides")
-        copy = yaml.load(yaml.safe_dump(data), Loader=StrictLoader)  # noqa: S506 (a deep copy)
-        for dotted, value in variant.items():
-            if dotted == "name":
-                continue
-            *parents, leaf = key_text(dotted).split(".")
-            node = copy
-            for key in parents:
-                if not isinstance(node.get(key, {}), dict):
-                    raise ScenarioError(filename, f"{where}.{dotted}", f"'{key}' is not a section")
-                node = node.setdefault(key, {})
-            node[leaf] = value
+        overrides = {dotted: value for dotted, value in variant.items() if dotted != "name"}
+        copy = with_overrides(data, overrides, filename, where)
         base = data.get("name", "scenario")
         copy["name"] = f"{base}-{variant['name']}" if isinstance(base, str) else base  # a bad name: reported
         scenarios.append(_validate(copy, f"{filename} ({where}: {clip(variant['name'])})"))
     return scenarios
+
+
+def with_overrides(data: dict, overrides: dict[str, Any], filename: str, where: str = "") -> dict:
+    """A deep copy of scenario data with each dotted-path override ("parallel.tp": 4) replacing the
+    value at its path (a missing section is made); a path through a value that is not a section is
+    a ScenarioError naming `where` (the place the override was written) and the path. Validating
+    the result (`validate_data`) reports any other bad key or value."""
+    copy = deepcopy(data)
+    for dotted, value in overrides.items():
+        *parents, leaf = key_text(dotted).split(".")
+        node = copy
+        for key in parents:
+            if not isinstance(node.get(key, {}), dict):
+                raise ScenarioError(filename, f"{where}.{dotted}" if where else dotted, f"'{key}' is not a section")
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return copy
+
+
+def scenario_data(path: str | Path) -> dict:
+    """A scenario file's YAML as data, read and parsed as `load_scenario` does but not validated
+    (for tools that derive scenarios from it: `with_overrides`, then `validate_data`)."""
+    return _parse(_read(path), str(path))
+
+
+def validate_data(data: dict, filename: str) -> Scenario:
+    """Scenario data (a parsed file, maybe with overrides) validated as a file is; any problem is
+    a one-line ScenarioError naming `filename`."""
+    return _validate(data, filename)
 
 
 def parse_yaml_value(text: str) -> Any:

@@ -1,0 +1,179 @@
+"""The planner's analytical estimate of a candidate: its memory peak per rank (exact for the
+simulator's memory model) and its step time (a quick estimate, only to rank candidates before
+the top ones are simulated in full).
+
+Memory: the same formulas as a run's memory timeline (sim.run.memory_of): ZeRO-sharded model
+states of the stages a rank holds (sim.cost.memory.model_state_bytes of sim.cost.stages.stage_params),
+Korthikanti's activations per layer x the layers of a stage x the most microbatches the rank
+holds at once under the schedule (sim.plan.timeline), and ZeRO-3's gathered weights: two copies
+of the largest stage (one in use, one prefetched: schedules.data_parallel).
+
+Step time, for the pipeline rank that works longest:
+
+    step = pipeline(f, b) + exposed data parallel + optimizer
+
+    f = forward of one chunk (stage_forward_flops / (peak x efficiency), the rank's mean over its
+        chunks) + its layers' tensor-parallel collectives (2 per layer each way, 2 more when a full
+        recompute re-runs the forward; 2 all-to-alls per MoE layer each way) + one activation send
+    b = the same for the backward: 2 x forward FLOPs + recompute FLOPs
+    pipeline(f, b) = the schedule played with those op times (sim.plan.timeline)
+    exposed data parallel = the gradient reduction (all-reduce, or reduce-scatter for ZeRO >= 1)
+        beyond the rank's last backward, which hides it, + ZeRO 1/2's weight all-gather after the
+        step + ZeRO 3's per-op gathers beyond the op they prefetch for
+    optimizer = 28 bytes per (sharded) parameter over HBM bandwidth
+
+Every collective is timed on the scenario's own fabric and groups by the simulator's network
+(sim.collectives.run.time_collective), at 1 MiB and 1 GiB, and interpolated linearly in bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+
+from clustersim.sim.build import build_topology, layout_of
+from clustersim.sim.collectives.run import time_collective
+from clustersim.sim.cost import compute as cost
+from clustersim.sim.cost.memory import model_state_bytes
+from clustersim.sim.cost.stages import (
+    alltoall_bytes,
+    layer_activation_bytes,
+    stage_forward_flops,
+    stage_layer_range,
+    stage_moe_layers,
+    stage_params,
+    weight_bytes,
+)
+from clustersim.sim.plan.space import scenario_of
+from clustersim.sim.plan.timeline import play
+from clustersim.sim.scenario.schema import Scenario
+
+SMALL_BYTES, LARGE_BYTES = 2**20, 2**30  # the two sizes each collective is timed at
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A candidate's estimated step time and its memory peak (the largest rank's, bytes)."""
+
+    step_time_s: float
+    memory_peak_bytes: float
+    memory_capacity_bytes: float
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_peak_bytes <= self.memory_capacity_bytes
+
+
+class Fabric:
+    """Collective times on one cluster's graph, each (op, group) timed twice and cached."""
+
+    def __init__(self, graph: nx.DiGraph):
+        self.graph = graph
+        self._time = lru_cache(maxsize=None)(self._two_sizes)
+
+    def _two_sizes(self, op: str, group: tuple[int, ...]) -> tuple[float, float]:
+        return (
+            time_collective(self.graph, op, "auto", group, SMALL_BYTES)[0],
+            time_collective(self.graph, op, "auto", group, LARGE_BYTES)[0],
+        )
+
+    def seconds(self, op: str, group: tuple[int, ...], nbytes: float) -> float:
+        """Seconds of `op` on `group` moving `nbytes` (nccl-tests' size); 0 on one GPU or no bytes."""
+        if len(group) < 2 or nbytes <= 0:
+            return 0.0
+        small_s, large_s = self._time(op, group)
+        return max(0.0, small_s + (nbytes - SMALL_BYTES) * (large_s - small_s) / (LARGE_BYTES - SMALL_BYTES))
+
+
+def memory_peak_bytes(scenario: Scenario) -> float:
+    """The largest rank's peak: static states + ZeRO-3 gathers + its most held activations."""
+    p, m = scenario.parallel, scenario.model_spec
+    played = play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, 2.0)
+    per_layer = layer_activation_bytes(scenario)
+    per_stage = m.layers // p.num_stages * per_layer
+    peaks = []
+    for rank in range(p.pp):
+        stages = _stages_of(scenario, rank)
+        static = sum(sum(model_state_bytes(stage_params(scenario, s), p.zero, p.dp).values()) for s in stages)
+        gather = 2 * max(weight_bytes(scenario, s) for s in stages) if p.zero == 3 and p.dp > 1 else 0.0
+        peaks.append(static + gather + played.peak_inflight[rank] * per_stage)
+    return max(peaks)
+
+
+def estimate(scenario: Scenario, fabric: Fabric) -> Estimate:
+    """Memory peak and estimated step time (module docstring)."""
+    memory = memory_peak_bytes(scenario)
+    capacity = scenario.gpu_spec.memory_bytes
+    ends = sorted({0, scenario.parallel.pp - 1})  # the embedding's and the LM head's ranks: the longest
+    return Estimate(max(_rank_step_s(scenario, fabric, r) for r in ends), memory, capacity)
+
+
+_FABRICS: dict[str, Fabric] = {}  # per process (a Dask worker's): each cluster's collectives timed once
+
+
+def fabric_of(scenario: Scenario) -> Fabric:
+    """The Fabric of the scenario's cluster, built once per process."""
+    key = scenario.cluster.model_dump_json()
+    if key not in _FABRICS:
+        _FABRICS[key] = Fabric(build_topology(scenario))
+    return _FABRICS[key]
+
+
+def estimate_chunk(data: dict, filename: str, chunk: list[dict]) -> list[float | None]:
+    """On a worker: each candidate's (overrides of `data`) estimated step time, or None when its
+    memory peak exceeds the GPU's (so it is never simulated)."""
+    steps: list[float | None] = []
+    for overrides in chunk:
+        scenario = scenario_of(data, overrides, filename)
+        fits = memory_peak_bytes(scenario) <= scenario.gpu_spec.memory_bytes
+        steps.append(estimate(scenario, fabric_of(scenario)).step_time_s if fits else None)
+    return steps
+
+
+def _stages_of(scenario: Scenario, rank: int) -> list[int]:
+    p = scenario.parallel
+    return [chunk * p.pp + rank for chunk in range(p.virtual)]
+
+
+def _rank_step_s(scenario: Scenario, fabric: Fabric, rank: int) -> float:
+    p, m, t, gpu = scenario.parallel, scenario.model_spec, scenario.training, scenario.gpu_spec
+    layout = layout_of(scenario)
+    stages = _stages_of(scenario, rank)
+    act_bytes = cost.boundary_activation_bytes(t.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
+    tp_s = fabric.seconds("all_reduce", layout.tp_group(0, rank), act_bytes)
+    a2a_s = fabric.seconds("all_to_all", layout.ep_group(0, rank, 0), alltoall_bytes(scenario))
+    p2p_bytes = act_bytes / p.tp if p.sequence_parallel else act_bytes
+    neighbour = layout.pp_group(0, 0)[(rank + 1) % p.pp]
+    send_s = fabric.seconds("p2p", (layout.pp_group(0, 0)[rank], neighbour), p2p_bytes) if p.pp > 1 else 0.0
+    forward = backward = 0.0
+    for s in stages:
+        flops = stage_forward_flops(scenario, s)
+        redo = sum(
+            cost.model_layer_recompute_flops(m, t.micro_batch, i, t.recompute) for i in stage_layer_range(scenario, s)
+        )
+        layers, moe = len(stage_layer_range(scenario, s)), sum(stage_moe_layers(scenario, s))
+        comm_back = layers * tp_s * (4 if t.recompute == "full" else 2) + 2 * moe * a2a_s
+        forward += _compute_s(scenario, flops) + layers * 2 * tp_s + 2 * moe * a2a_s + send_s
+        backward += _compute_s(scenario, 2 * flops + redo / p.tp) + comm_back + send_s
+    f, b = forward / p.virtual, backward / p.virtual  # one chunk's mean
+    ratio = round(b / f, 2)  # the played makespan scales with f at a fixed b / f: one play per ratio
+    pipeline_s = f * play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, ratio).makespan
+    dp_group = layout.dp_group(rank, 0)
+    grads = sum(weight_bytes(scenario, s) for s in stages)
+    reduce_s = fabric.seconds("all_reduce" if p.zero == 0 else "reduce_scatter", dp_group, grads)
+    exposed = max(0.0, reduce_s - b * p.virtual)
+    if p.zero in (1, 2):
+        exposed += fabric.seconds("all_gather", dp_group, grads)
+    if p.zero == 3:
+        gather_s = fabric.seconds("all_gather", dp_group, grads / p.virtual)
+        exposed += scenario.num_microbatches * p.virtual * (max(0.0, gather_s - f) + max(0.0, gather_s - b))
+    params = sum(stage_params(scenario, s) for s in stages) / (p.dp if p.zero >= 1 else 1)
+    optimizer_s = cost.memory_time_s(params * cost.ADAM_BYTES_PER_PARAM, gpu.hbm_bandwidth_Bps)
+    return pipeline_s + exposed + optimizer_s
+
+
+def _compute_s(scenario: Scenario, flops: float) -> float:
+    gpu = scenario.gpu_spec
+    return cost.compute_time_s(flops, gpu.peak_flops, gpu.efficiency)

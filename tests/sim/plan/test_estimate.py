@@ -1,0 +1,67 @@
+"""The planner's analytical estimate: the memory peak against a closed form and against the
+simulator's own memory timeline; the step time against a full simulation."""
+
+from pathlib import Path
+
+import pytest
+
+from clustersim.sim.build import build_topology
+from clustersim.sim.plan.estimate import Fabric, estimate, memory_peak_bytes
+from clustersim.sim.run import simulate
+from clustersim.sim.scenario.loader import load_scenario_text
+
+from repo import QUICKSTART
+
+GPT3_175B_ON_8 = """\
+name: too_big
+cluster: {gpu: A100-SXM-80GB, nodes: 1, gpus_per_node: 8,
+          topology: {kind: switch, link_bandwidth: 300GB/s, link_latency: 1us}}
+model: {preset: gpt3-175b}
+training: {global_batch: 8, micro_batch: 1, recompute: full}
+parallel: {tp: 1, pp: 1, dp: 8, zero: 0}
+schedule: gpipe
+numerics: {enabled: false}
+"""
+
+
+def test_memory_estimate_refuses_gpt3_175b_unsharded():
+    """GPT-3 175B whole on each A100-80GB: 16 bytes per parameter (ZeRO paper, mixed-precision
+    Adam) with P = 12 L h^2 + 13 L h + (V + s) h (Narayanan et al. 2021, sec 5.1) plus the untied
+    LM head V h and final layernorm 2h, and with full recompute one layer input (2 s b h bytes,
+    Korthikanti et al. 2022 Table 2) per layer for the one microbatch: about 2.8 TB, far over 80 GB."""
+    scenario = load_scenario_text(GPT3_175B_ON_8)
+    L, h, s, V = 96, 12288, 2048, 50257
+    params = 12 * L * h**2 + 13 * L * h + (V + s) * h + V * h + 2 * h
+    expected = 16 * params + L * 2 * s * 1 * h
+    assert memory_peak_bytes(scenario) == pytest.approx(expected, rel=1e-12)
+    est = estimate(scenario, Fabric(build_topology(scenario)))
+    assert not est.fits and est.memory_peak_bytes > 30 * est.memory_capacity_bytes
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},  # 1F1B over 4 stages
+        {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 2, dp: 4, zero: 3}"},  # gathered weights, prefetched
+        {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 2, virtual: 2, dp: 2, tp: 2}", "1f1b": "interleaved"},
+        {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 1, dp: 8, zero: 3}", "1f1b": "gpipe"},
+    ],
+)
+def test_memory_estimate_equals_the_simulated_peak(small, change):
+    """Same formulas as a run's memory timeline, with the schedule's in-flight microbatches."""
+    text = Path(small).read_text() if change else QUICKSTART.read_text().replace("enabled: true", "enabled: false")
+    for old, new in change.items():
+        assert old in text
+        text = text.replace(old, new)
+    scenario = load_scenario_text(text)
+    summary = simulate(scenario).summary
+    simulated = max(peak["total"] for peak in summary["memory_peak_bytes_per_rank"].values())
+    assert memory_peak_bytes(scenario) == pytest.approx(simulated, rel=1e-9)
+
+
+def test_step_estimate_is_near_the_simulated_step():
+    """An estimate ranks candidates: within 10% of the engine on the quickstart (1F1B, pp 4)."""
+    scenario = load_scenario_text(QUICKSTART.read_text().replace("enabled: true", "enabled: false"))
+    simulated = simulate(scenario).summary["step_time_s"]
+    estimated = estimate(scenario, Fabric(build_topology(scenario))).step_time_s
+    assert estimated == pytest.approx(simulated, rel=0.10)
