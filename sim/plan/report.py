@@ -56,7 +56,7 @@ def result_row(key: str, overrides: dict, simulated: dict, estimated_s: float | 
         "memory_peak_bytes": simulated["memory_peak_bytes"],
         "memory_capacity_bytes": simulated["memory_capacity_bytes"],
         "fits": simulated["fits"],
-        "bubble_ratio_mean": simulated["bubble_ratio_mean"],
+        "bubble_fraction": simulated["bubble_s"] / simulated["step_time_s"],  # summary.json's bubble
         "compute_s": simulated["compute_s"],
         "bubble_s": simulated["bubble_s"],
         "exposed_comm_s": sum(exposed.values()),
@@ -86,7 +86,7 @@ def table(rows: list[dict]) -> str:
         ("mfu_pct", "MFU (%)", ".1f"),
         ("memory_GiB", "peak mem (GiB)", ".1f"),
         ("fits_text", "fits", "s"),
-        ("bubble_ratio_mean", "bubble", ".3f"),
+        ("bubble_fraction", "bubble", ".3f"),
         ("exposed_comm_s", "exposed comm (s)", ".3f"),
     ]
     if any("estimated_step_time_s" in r for r in shown):
