@@ -1,5 +1,6 @@
 """The `clustersim` command: run or compare scenarios, print the scenario schema, show a schedule
-(the fabric commands, collective and topology, are sim/cli_fabric.py's)."""
+(the fabric commands, collective and topology, are sim/cli_fabric.py's; plan and sweep are
+sim/cli_plan.py's)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from clustersim.schedules.grid import compute_grid, compute_order_json
 from clustersim.schedules.pipeline import SCHEDULES, ScheduleError, build_program, placement, rank_order
 from clustersim.schedules.validate import ProgramError
 from clustersim.sim.cli_fabric import add_key_flags, collective_command, topology_command
-from clustersim.sim.folder import OutputError, check_target, locked, version
+from clustersim.sim.cli_plan import add_plan_commands
+from clustersim.sim.folder import OutputError, Terminated, check_target, locked, terminated, version
 from clustersim.sim.scenario.loader import load_scenario, load_scenarios
 from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
 
@@ -97,47 +98,6 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace) -> int:
-    from clustersim.sim.plan.commands import DEFAULT_TOP, Cluster, plan, print_outcome
-
-    top = DEFAULT_TOP if args.top is None else args.top
-    cluster = Cluster(args.scheduler, _workers(args.workers))
-    return _resumable(lambda: print_outcome(plan(args.scenario, args.output, top, cluster)))
-
-
-def _sweep(args: argparse.Namespace) -> int:
-    from clustersim.sim.plan.commands import Cluster, print_outcome, sweep
-
-    cluster = Cluster(args.scheduler, _workers(args.workers))
-    return _resumable(lambda: print_outcome(sweep(args.scenario, args.set, args.output, cluster)))
-
-
-def _resumable(work: Callable[[], None]) -> int:
-    """Run a plan or sweep; an interruption keeps what finished (the folder's results file)."""
-    try:
-        work()
-    except (KeyboardInterrupt, Terminated) as exc:
-        signal_name, code = ("SIGINT", 130) if isinstance(exc, KeyboardInterrupt) else ("SIGTERM", 143)
-        print(
-            f"clustersim: interrupted ({signal_name}); the candidates simulated so far are kept: "
-            "rerun the same command to resume",
-            file=sys.stderr,
-        )
-        return code
-    return 0
-
-
-def _workers(workers: int | None) -> int | None:
-    if workers is not None and workers < 1:
-        raise ScenarioError("(command line)", "--workers", f"must be >= 1, got {workers}")
-    return workers
-
-
-def _add_dask_flags(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler (default: a local cluster)")
-    command.add_argument("--workers", type=int, help="local cluster's worker processes (default: one per core)")
-
-
 def _schema(args: argparse.Namespace) -> int:
     print(json.dumps(scenario_json_schema(), indent=2))
     return 0
@@ -211,24 +171,7 @@ def parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", help="output folder (default: runs/compare-<name1>-vs-<name2>...)")
     comp.add_argument("--max-memory", metavar="SIZE", help=MAX_MEMORY_HELP)
     comp.set_defaults(func=_compare)
-    plan = sub.add_parser("plan", help="search the parallel strategies for a scenario's model, cluster and batch")
-    plan.add_argument("scenario", help="scenario YAML file (its model, cluster and global batch)")
-    plan.add_argument("-o", "--output", help="output folder (default: runs/plan-<name>); a rerun into it resumes")
-    plan.add_argument("--top", type=int, help="how many of the best estimated strategies to simulate (default 6)")
-    _add_dask_flags(plan)
-    plan.set_defaults(func=_plan)
-    swp = sub.add_parser("sweep", help="simulate every combination of some scenario values")
-    swp.add_argument("scenario", help="scenario YAML file")
-    swp.add_argument(
-        "--set",
-        action="append",
-        required=True,
-        metavar="PATH=V1,V2,...",
-        help="a dotted scenario path and its values, e.g. parallel.tp=1,2,4,8 (repeat for a grid)",
-    )
-    swp.add_argument("-o", "--output", help="output folder (default: runs/sweep-<name>); a rerun into it resumes")
-    _add_dask_flags(swp)
-    swp.set_defaults(func=_sweep)
+    add_plan_commands(sub)
     schema = sub.add_parser("schema", help="print the scenario format as JSON Schema")
     schema.set_defaults(func=_schema)
     sched = sub.add_parser("schedule", help="print each rank's compute order for a pipeline schedule")
@@ -289,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the console script: `clustersim ... | head` ends quietly
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = parser().parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         return args.func(args)
     except (ScenarioError, ProgramError, OutputError) as exc:
@@ -303,14 +246,6 @@ def main(argv: list[str] | None = None) -> int:
         return 143
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-class Terminated(BaseException):
-    """SIGTERM as an exception, so the folders being written are cleaned up as for Ctrl-C."""
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated
 
 
 if __name__ == "__main__":

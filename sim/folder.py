@@ -126,3 +126,11 @@ def output_folder(folder: str | Path, kind: str = "run") -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class Terminated(BaseException):
+    """SIGTERM as an exception, so the folders being written are cleaned up as for Ctrl-C."""
+
+
+def terminated(signum: int, frame: object) -> None:
+    raise Terminated
