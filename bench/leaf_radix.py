@@ -1,0 +1,73 @@
+"""Issue 16's fat-tree case: a 1,536-GPU Megatron 145.6B step (Narayanan et al. 2021, Table 1:
+80 layers, h 12288, 96 heads; TP 8, PP 8, DP 24; 192 DGX A100 nodes) on a fat tree with Selene's
+20-node leaf units (leaf_radix 20: the 8-node replicas straddle leaf boundaries, so only the
+tensor-parallel shards are symmetric) against leaf_radix 16 (whole replicas per leaf pair: the
+symmetric fast path) as the baseline, timed in the same session. Each run is its own process
+(`clustersim run --outputs summary.json`), wall clock and peak RSS.
+
+    python bench/leaf_radix.py
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SCENARIO = """\
+name: megatron_145b_radix{radix}
+cluster:
+  gpu: A100-SXM-80GB
+  nodes: 192
+  gpus_per_node: 8
+  topology: {{kind: fattree, nvlink_bandwidth: 300GB/s, nic_bandwidth: 25GB/s, leaf_radix: {radix},
+             load_balance: adaptive, link_latency: 1us}}
+model: {{layers: 80, hidden: 12288, heads: 96, ffn: 49152, seq_len: 2048, vocab: 51200}}
+training: {{global_batch: 2304, micro_batch: 1, dtype: bf16, recompute: full}}
+parallel: {{tp: 8, sequence_parallel: false, pp: 8, virtual: 5, dp: 24, order: [dp, pp, tp]}}
+schedule: interleaved
+numerics: {{enabled: false}}
+"""
+
+
+def run(radix: int, folder: Path) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS GB, step time s) of one `clustersim run` of the scenario."""
+    path = folder / f"radix{radix}.yaml"
+    path.write_text(SCENARIO.format(radix=radix))
+    out = folder / f"out{radix}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    command = [
+        sys.executable,
+        "-m",
+        "clustersim.sim.cli",
+        "run",
+        str(path),
+        "-o",
+        str(out),
+        "--outputs",
+        "summary.json",
+    ]
+    subprocess.run(command, check=True, capture_output=True)
+    wall = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child so far
+    step = json.loads((out / "summary.json").read_text())["step_time_s"]
+    return wall, max(peak_kb, before) * 1024 / 1e9, step
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = run(16, Path(tmp))
+        uneven = run(20, Path(tmp))
+    for radix, (wall, rss, step) in ((16, base), (20, uneven)):
+        print(f"leaf_radix {radix}: {wall:.1f} s, peak RSS {rss:.2f} GB (largest child so far), step {step:.6f} s")
+    print(f"ratio (radix 20 / radix 16 wall time): {uneven[0] / base[0]:.2f}  (issue 16 asks for <= 2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
