@@ -130,4 +130,5 @@ DGX = TopologyKind(
     routers={SHORTEST_PATH: ShortestPathRouter},
     spec=SpecForm("a node count, e.g. dgx:1", _node_count, {"gpus_per_node": DGX_GPUS, "link_latency": HOP_LATENCY_s}),
     fits=_one_node,
+    nvswitch_nodes=True,
 )

@@ -296,4 +296,5 @@ FATTREE = TopologyKind(
     routers={ECMP: EcmpRouter},
     spec=SpecForm(defaults={"gpus_per_node": DGX_GPUS, "link_latency": HOP_LATENCY_s}),
     symmetry=_symmetry,
+    nvswitch_nodes=True,
 )

@@ -127,3 +127,4 @@ class TopologyKind:
     fits: Callable[[Any, Shape], None] = no_fit_check
     gpus: Callable[[Any], int | None] = gpus_from_cluster
     symmetry: Callable[[Any, Shape, ReplicaBlocks], int | None] | None = None
+    nvswitch_nodes: bool = False  # nodes of GPUs on an NVSwitch, the systems NCCL's layer models (cluster.nccl)

@@ -94,8 +94,9 @@ class ClusterSection(Section):
             raise FieldError(exc.key, str(exc)) from None
         if self.nccl is not None and self.gpu not in SYSTEM_OF_GPU:
             raise FieldError("nccl", f"NCCL's constants are known for {', '.join(SYSTEM_OF_GPU)}, not {self.gpu}")
-        if self.nccl is not None and self.topology.kind not in ("dgx", "fattree"):
-            raise FieldError("nccl", f"needs NVSwitch nodes (topology kind dgx or fattree), not {self.topology.kind}")
+        if self.nccl is not None and not TOPOLOGIES[self.topology.kind].nvswitch_nodes:
+            kinds = " or ".join(name for name, kind in TOPOLOGIES.items() if kind.nvswitch_nodes)
+            raise FieldError("nccl", f"needs NVSwitch nodes (topology kind {kinds}), not {self.topology.kind}")
         return self
 
     @property

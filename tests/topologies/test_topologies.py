@@ -535,11 +535,12 @@ def scenario_text(kind_or_topology: str, nodes=None, gpus_per_node=None, out="ru
 
 
 def test_run_and_cli_never_name_a_kind():
-    """The kinds are the registry's business: sim/build.py, sim/run.py and the CLI hold no kind's name."""
+    """The kinds are the registry's business: sim/build.py, sim/run.py, the CLI and the cluster
+    section's checks hold no kind's name."""
     import ast
 
     root = ROOT / "sim"
-    for module in ("build.py", "run.py", "cli.py", "cli_fabric.py"):
+    for module in ("build.py", "run.py", "cli.py", "cli_fabric.py", "cli_plan.py", "scenario/sections.py"):
         tree = ast.parse((root / module).read_text())
         named = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)} & set(TOPOLOGIES)
         assert not named, f"sim/{module} names topology kinds {sorted(named)}"
