@@ -133,10 +133,11 @@ class FewFlows:
         self.touched = np.unique(np.array([link for fid in refill for link in self._flows[fid].links], dtype=np.int64))
 
     def finish(self, gone: list[int], now: float) -> None:
-        """Remove flows `gone`; re-fill the flows whose rate may change (rates_that_survive)."""
+        """Remove flows `gone`; re-fill the flows whose rate may change: those connected to the
+        leavers through shared links (the others share no link with them) and not slower than
+        the slowest leaver (rates_that_survive)."""
         flows, load, count, on = self._flows, self._load, self._count, self._on
         floor = min(flows[fid].rate for fid in gone) * SURVIVE
-        leaving = set(gone)
         touched = []
         for fid in gone:
             flow = flows.pop(fid)
@@ -148,7 +149,9 @@ class FewFlows:
                     del count[link], load[link], on[link]
                 else:
                     on[link].pop(fid, None)
-        refill = [fid for fid, flow in flows.items() if fid not in leaving and not flow.rate < floor]
+        # max-min rates split over connected components: only the leavers' component can change
+        neighbours = dict.fromkeys(fid for link in touched for fid in on.get(link, ()))
+        refill = sorted(fid for fid in self.component(list(neighbours)) if not flows[fid].rate < floor)
         self._refill(refill, now)
         touched.extend(link for fid in refill for link in flows[fid].links)
         self.touched = np.unique(np.array(touched, dtype=np.int64))
