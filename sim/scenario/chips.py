@@ -5,9 +5,9 @@ bandwidth a streaming kernel reaches, and the gap a kernel launch costs. One des
 type, each number with its source; a scenario never tunes them.
 
 The datasheet peak is compute_units x tensor_flops_per_clock x boost_clock_hz (a test checks it
-against GpuSpec.peak_flops); the kernel model takes the peak per unit from GpuSpec.peak_flops
-(so a gpu_overrides.peak_flops reaches it too) and the achievable fraction of it from the
-measured matmul ceiling (sim.cost.gemm.mainloop_efficiency).
+against GpuSpec.peak_flops). The kernel model's GEMM rate is anchored to the measured matmul
+ceiling (sim.cost.gemm.mainloop_efficiency), so gpu_overrides.peak_flops and .efficiency, the
+roofline's knobs, do not change it.
 """
 
 from __future__ import annotations
