@@ -14,6 +14,7 @@ split, bytes) and looked up per op: a 16,384-GPU run asks millions of times.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from clustersim.schedules.ir import Compute, Phase, Program
@@ -54,9 +55,13 @@ class KernelTimes:
         layer = LayerKernels(self.chip, self.gpu, shapes_of(scenario))
         names = ("attn", "mlp", "embed", "head") + (("router", "experts") if scenario.model_spec.moe else ())
         self.items = {name: layer.item(name) for name in names}
-        p = scenario.parallel
-        self.split = split_steps(rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual))
         self._classes: dict[Key, tuple[float, ...]] = {}
+
+    @functools.cached_property
+    def split(self) -> set[tuple[int, int]]:
+        """(microbatch, stage) of the backwards the schedule splits into B and W."""
+        s, p = self.scenario, self.scenario.parallel
+        return split_steps(rank_order(s.schedule, p.pp, s.num_microbatches, p.virtual))
 
     def _pieces(self, phase: Phase, stage: int, recompute_full: bool) -> list[list[str]]:
         p = self.scenario.parallel
@@ -99,6 +104,10 @@ class KernelTimes:
         pieces = self._pieces(phase, stage, full)
         items = pieces[part] if part is not None else [i for piece in pieces for i in piece]
         return [k for i in items for k in self._item_kernels(i, split)]
+
+    def whole_op_s(self, phase: Phase, stage: int) -> float:
+        """Seconds of a stage's whole F or unsplit B op (the planner's estimate, sim.plan.estimate)."""
+        return sum(k.time_s for k in self._kernels(phase, stage, None, False, 0.0))
 
     def _key(self, op: Compute) -> Key:
         return (op.phase, op.stage, op.part, op.phase == Phase.B and (op.microbatch, op.stage) in self.split, op.nbytes)

@@ -35,6 +35,7 @@ from clustersim.sim.scenario.hardware import GpuSpec
 from clustersim.sim.scenario.presets import MoESpec
 
 KERNEL_CLASSES = ("gemm", "attention_core", "elementwise", "optimizer")
+Pair = tuple[list["Kernel"], list["Kernel"]]  # a piece's forward kernels and its backward kernels
 ITEMS = ("attn", "mlp", "embed", "head", "router", "experts")
 
 # Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py) in fp32
@@ -97,7 +98,9 @@ class LayerKernels:
 
     # --- building blocks ---------------------------------------------------------------------
 
-    def _gemm(self, name: str, m: int, n: int, k: int, batch: int = 1, klass: str = "gemm", weights: bool = True):
+    def _gemm(
+        self, name: str, m: int, n: int, k: int, batch: int = 1, klass: str = "gemm", weights: bool = True
+    ) -> Pair:
         """Forward Y (m x n) = X (m x k) W (k x n), `batch` times; its input gradient (m x k x n)
         and its other operand's gradient (k x n x m): a weight's (W part), or an activation's (B)."""
         c, g, dt = self.chip, self.gpu, self.sh.dtype_bytes
@@ -111,26 +114,27 @@ class LayerKernels:
 
     def _ew(
         self, name: str, elements: float, forward_bytes: float, backward_bytes: float, klass="elementwise", part="B"
-    ):
+    ) -> Pair:
         """An element-wise kernel over `elements` moving the given bytes per element each way."""
         c, g = self.chip, self.gpu
         forward = Kernel(name, klass, "F", gemm.elementwise_time_s(c, g, elements * forward_bytes))
         backward = Kernel(f"{name} backward", klass, part, gemm.elementwise_time_s(c, g, elements * backward_bytes))
         return [forward], [backward]
 
-    def _norm(self, tokens: float):
+    def _norm(self, tokens: float) -> Pair:
         """Layernorm: read x, write y (2 dt); backward read x and dy, write dx (3 dt)."""
         dt = self.sh.dtype_bytes
         return self._ew("layernorm", tokens * self.sh.hidden, 2 * dt, 3 * dt)
 
-    def _dropout_add(self, tokens: float):
+    def _dropout_add(self, tokens: float) -> Pair:
         """Fused bias-dropout-add: read x and the residual, write y and the mask (3 dt + 1);
         backward read dy and the mask, write dx (2 dt + 1)."""
         dt = self.sh.dtype_bytes
         return self._ew("dropout+residual", tokens * self.sh.hidden, 3 * dt + 1, 2 * dt + 1)
 
     @staticmethod
-    def _join(*pairs) -> ItemKernels:
+    def _join(*pairs: Pair) -> ItemKernels:
+        """Pieces run in order forward, their backwards in reverse order."""
         return ItemKernels(tuple(k for f, _ in pairs for k in f), tuple(k for _, b in reversed(pairs) for k in b))
 
     # --- the work items -----------------------------------------------------------------------
@@ -144,7 +148,7 @@ class LayerKernels:
         """Tokens a norm or residual sees on one rank: T, or T/t in a sequence-parallel region."""
         return self._tokens / self.sh.tp if self.sh.sequence_parallel else self._tokens
 
-    def attention_core(self):
+    def attention_core(self) -> Pair:
         """Scores, softmax, dropout and context of a/t heads (or one flash-attention kernel)."""
         sh, dt = self.sh, self.sh.dtype_bytes
         heads = sh.micro_batch * sh.heads // sh.tp  # (batch x heads) per rank
@@ -183,7 +187,7 @@ class LayerKernels:
         )
         return ItemKernels(joined.forward, joined.backward, tuple(core[0]))
 
-    def _activation(self, rows: float, width: int):
+    def _activation(self, rows: float, width: int) -> Pair:
         """GeLU (read x, write y: 2 dt; backward read x and dy, write dx: 3 dt) or SwiGLU over
         (rows x width) outputs (read gate and up, write y: 3 dt; backward read gate, up and dy,
         write both gradients: 5 dt)."""
