@@ -123,3 +123,31 @@ def test_op_flops_stay_the_counted_model_flops():
             assert time_s(op) == pytest.approx(sum(times.classes_s(op)), rel=1e-12)
             if op.phase == Phase.F:
                 assert op.flops == pytest.approx(op_flops(times, Phase.F, op.stage), rel=1e-12)
+
+
+CONFIGS = """
+name: c
+cluster: {{gpu: H100-SXM, nodes: 1, gpus_per_node: 8, compute_model: kernel,
+           topology: {{kind: switch, link_bandwidth: 450GB/s, link_latency: 1us}}}}
+model: {{layers: 4, hidden: 1024, heads: 16, ffn: 4096, seq_len: 1024, vocab: 32000, gated_mlp: true,
+         moe: {{experts: 8, top_k: 2, expert_ffn: 2048, shared_experts: 1, first_dense: 1}}}}
+training: {{global_batch: 16, micro_batch: 2, recompute: {recompute}}}
+parallel: {{pp: 2, tp: {tp}, dp: {dp}, ep: {ep}, sequence_parallel: {sp}}}
+schedule: {schedule}
+numerics: {{enabled: false}}
+"""
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+@pytest.mark.parametrize("tp,dp,ep,sp", [(1, 4, 1, "false"), (2, 2, 2, "true"), (4, 1, 1, "false")])
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_every_ops_kernels_account_for_its_counted_flops(recompute, tp, dp, ep, sp, schedule):
+    """Each compute op of a dense + MoE model, whole or cut by tensor parallelism, split or not:
+    its kernels' model FLOPs are the FLOPs the program counts for it (sim.cost.stages)."""
+    text = CONFIGS.format(recompute=recompute, tp=tp, dp=dp, ep=ep, sp=sp, schedule=schedule)
+    s = load_scenario_text(text, "c.yaml")
+    times, program = KernelTimes(s), make_program(s)
+    for rank in (min(program.ops), max(program.ops)):
+        for op in program.ops[rank]:
+            if isinstance(op, Compute) and op.phase != Phase.OPT:
+                assert flops(times.kernels_of(op)) == pytest.approx(op.flops, rel=1e-12), op.label
