@@ -101,6 +101,15 @@ def test_full_recompute_adds_one_forward():
         assert extra == pytest.approx(op_flops(none, Phase.F, stage), rel=1e-12)
 
 
+def test_a_recompute_op_is_the_recompute_alone():
+    """An R op (a schedule that recomputes apart from its backward): the extra FLOPs above."""
+    b, s, h = 2, 2048, 2048
+    assert op_flops(KernelTimes(scenario("selective")), Phase.R, 1) == pytest.approx(6 * 4 * b * s * s * h, rel=1e-12)
+    full = KernelTimes(scenario("full"))
+    assert op_flops(full, Phase.R, 1) == pytest.approx(op_flops(full, Phase.F, 1), rel=1e-12)
+    assert op_flops(KernelTimes(scenario("none")), Phase.R, 1) == 0.0
+
+
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_split_backward_and_weight_gradient_take_the_unsplit_backwards_time(recompute):
     split = KernelTimes(scenario(recompute, "zb-h1"))
