@@ -61,11 +61,14 @@ H100_CEILING = MatmulCeiling(6144, 17920, 2816, 792.1e12, f"{MAMF}: NVIDIA H100 
 HBM_EFFICIENCY = 0.90
 
 # NVIDIA technical blog, "Getting Started with CUDA Graphs" (Alan Gray, 2019): a 2.9 us kernel
-# launched back to back on one stream takes 3.8 us per kernel: about 1 us between kernels.
+# launched back to back on one stream takes 3.8 us per kernel: about 1 us between kernels. (These
+# figures are as we recall the blog; our search tools did not reach its text to re-read them.)
 LAUNCH_OVERHEAD_S = 1e-6
 
-# CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table: 16 results per clock
-# per SM for the special functions (exp2f, __expf, ...) on compute capability 8.0 and 9.0.
+# CUDA C++ Programming Guide, section "Arithmetic Instructions", throughput table: "32-bit
+# floating-point reciprocal, ..., base 2 exponential (exp2f), ...": 16 results per clock per SM on
+# compute capability 6.0 and 7.x (read in an edition that stops at 7.x); we carry the 16 to 8.0
+# and 9.0, whose columns we did not read.
 SFU_PER_CLOCK = 16
 
 # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, boost 1410 MHz, 1024 dense
