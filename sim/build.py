@@ -18,6 +18,7 @@ from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan,
 from clustersim.schedules.validate import validate
 from clustersim.sim.collectives.nccl import NCCL
 from clustersim.sim.cost import compute as cost
+from clustersim.sim.cost.kernel_times import KernelTimes
 from clustersim.sim.cost.stages import (
     alltoall_bytes,
     expert_bytes,
@@ -134,7 +135,10 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
 
 
 def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
-    """Roofline: an op takes as long as the slower of its FLOPs and its memory traffic."""
+    """cluster.compute_model: kernel, the op's kernels (sim.cost.kernel_times); roofline, as long
+    as the slower of its FLOPs at the GPU's efficiency and its memory traffic."""
+    if scenario.cluster.compute_model == "kernel":
+        return KernelTimes(scenario).time_fn()
     gpu = scenario.gpu_spec
     return lambda op: max(
         cost.compute_time_s(op.flops, gpu.peak_flops, gpu.efficiency),

@@ -189,7 +189,11 @@ def breakdown_line(s: dict) -> str:
     b = s["time_breakdown_s"]
     parts = [("compute", b["compute"])] + [(f"exposed {k}", v) for k, v in b["exposed_comm"].items() if v > 0]
     parts.append(("bubble", b["bubble"]))
-    return "breakdown        " + ", ".join(f"{name} {v * 1e3:.3f} ms" for name, v in parts)
+    line = "breakdown        " + ", ".join(f"{name} {v * 1e3:.3f} ms" for name, v in parts)
+    if "compute_by_kernel_class" in b:  # cluster.compute_model: kernel
+        classes = ", ".join(f"{c} {v * 1e3:.3f} ms" for c, v in b["compute_by_kernel_class"].items())
+        line += "\ncompute kernels  " + classes
+    return line
 
 
 def terminal_summary(result: RunResult) -> str:

@@ -12,9 +12,10 @@ Step time, for the pipeline rank that works longest:
 
     step = pipeline(f, b) + exposed data parallel + optimizer
 
-    f = forward of one chunk (stage_forward_flops / (peak x efficiency), the rank's mean over its
-        chunks) + its layers' tensor-parallel collectives (2 per layer each way, 2 more when a full
-        recompute re-runs the forward; 2 all-to-alls per MoE layer each way) + one activation send
+    f = forward of one chunk (stage_forward_flops / (peak x efficiency), or its kernels' time with
+        cluster.compute_model: kernel; the rank's mean over its chunks) + its layers' tensor-parallel
+        collectives (2 per layer each way, 2 more when a full recompute re-runs the forward; 2
+        all-to-alls per MoE layer each way) + one activation send
     b = the same for the backward: 2 x forward FLOPs + recompute FLOPs
     pipeline(f, b) = the schedule played with those op times (sim.plan.timeline)
     exposed data parallel = the gradient reduction (all-reduce, or reduce-scatter for ZeRO >= 1)
@@ -33,9 +34,11 @@ from functools import lru_cache
 
 import networkx as nx
 
+from clustersim.schedules.ir import Phase
 from clustersim.sim.build import build_topology, layout_of
 from clustersim.sim.collectives.run import time_collective
 from clustersim.sim.cost import compute as cost
+from clustersim.sim.cost.kernel_times import KernelTimes
 from clustersim.sim.cost.memory import model_state_bytes
 from clustersim.sim.cost.stages import (
     alltoall_bytes,
@@ -147,6 +150,7 @@ def _rank_step_s(scenario: Scenario, fabric: Fabric, rank: int) -> float:
     p2p_bytes = act_bytes / p.tp if p.sequence_parallel else act_bytes
     neighbour = layout.pp_group(0, 0)[(rank + 1) % p.pp]
     send_s = fabric.seconds("p2p", (layout.pp_group(0, 0)[rank], neighbour), p2p_bytes) if p.pp > 1 else 0.0
+    kernels = KernelTimes(scenario) if scenario.cluster.compute_model == "kernel" else None
     forward = backward = 0.0
     for s in stages:
         flops = stage_forward_flops(scenario, s)
@@ -155,8 +159,12 @@ def _rank_step_s(scenario: Scenario, fabric: Fabric, rank: int) -> float:
         )
         layers, moe = len(stage_layer_range(scenario, s)), sum(stage_moe_layers(scenario, s))
         comm_back = layers * tp_s * (4 if t.recompute == "full" else 2) + 2 * moe * a2a_s
-        forward += _compute_s(scenario, flops) + layers * 2 * tp_s + 2 * moe * a2a_s + send_s
-        backward += _compute_s(scenario, 2 * flops + redo / p.tp) + comm_back + send_s
+        if kernels is not None:  # cluster.compute_model: kernel, as the run will time them
+            forward_s, backward_s = kernels.whole_op_s(Phase.F, s), kernels.whole_op_s(Phase.B, s)
+        else:
+            forward_s, backward_s = _compute_s(scenario, flops), _compute_s(scenario, 2 * flops + redo / p.tp)
+        forward += forward_s + layers * 2 * tp_s + 2 * moe * a2a_s + send_s
+        backward += backward_s + comm_back + send_s
     f, b = forward / p.virtual, backward / p.virtual  # one chunk's mean
     ratio = round(b / f, 2)  # the played makespan scales with f at a fixed b / f: one play per ratio
     pipeline_s = f * play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, ratio).makespan

@@ -4,6 +4,8 @@ memory timeline and the numerics' verdict."""
 from __future__ import annotations
 
 from clustersim.schedules.ir import Program
+from clustersim.sim.cost.kernel_times import KernelTimes
+from clustersim.sim.cost.kernels import KERNEL_CLASSES
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results import metrics
 from clustersim.sim.results.breakdown import message_departures, step_breakdown
@@ -38,6 +40,7 @@ def summarize(
     if not isinstance(peaks, dict):  # expand keeps a dict by str(rank) one (it is annotated list | dict)
         raise TypeError(f"memory peaks expanded to a {type(peaks).__name__}, not a dict by rank")
     means = breakdown.means()
+    by_class = kernel_classes(scenario, program, log)
     return {
         "scenario_name": scenario.name,
         "step_time_s": step_s,
@@ -45,7 +48,9 @@ def summarize(
             "compute": means["compute_s"],
             "exposed_comm": means["exposed_comm_s"],
             "bubble": means["bubble_s"],
-        },
+        }
+        | ({"compute_by_kernel_class": by_class["mean"]} if by_class else {}),
+        **({"compute_by_kernel_class_s_per_rank": expand(by_class["per_rank"])} if by_class else {}),
         "bubble_fraction_per_rank": expand(bubbles),
         "bubble_fraction_mean": means["bubble_s"] / step_s if step_s > 0 else 0.0,
         "megatron_bubble_over_ideal_per_rank": expand(megatron),
@@ -72,6 +77,17 @@ def summarize(
         else None,
         "scenario": scenario.resolved(),
     }
+
+
+def kernel_classes(scenario: Scenario, program: Program, log: EventLog) -> dict | None:
+    """With cluster.compute_model: kernel, each rank's compute seconds by kernel class
+    (sim.cost.kernels.KERNEL_CLASSES, from its ops) and their mean over ranks; else None."""
+    if scenario.cluster.compute_model != "kernel":
+        return None
+    times, ranks = KernelTimes(scenario), log.averaged_ranks
+    held = {rank: times.by_class_s(program, rank) for rank in ranks}
+    mean = {c: sum(held[r][c] for r in ranks) / len(ranks) for c in KERNEL_CLASSES}
+    return {"mean": mean, "per_rank": [held.get(rank) for rank in range(log.num_ranks)]}
 
 
 TRAFFIC_MATRIX_MAX_GPUS = 64  # a bigger matrix is no longer readable in summary.json (traffic.png shows it)

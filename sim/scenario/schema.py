@@ -236,6 +236,10 @@ class Scenario(Section):
         data["cluster"]["topology"] = resolved_topology(self.cluster.topology)
         if self.cluster.nccl is None:  # absent, as before the key existed (summaries compare equal)
             del data["cluster"]["nccl"]
+        if self.cluster.compute_model == "roofline":  # the same for the compute model's keys at their defaults
+            del data["cluster"]["compute_model"]
+        if not self.training.flash_attention:
+            del data["training"]["flash_attention"]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes

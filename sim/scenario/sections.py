@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from clustersim.sim.collectives.nccl import SYSTEM_OF_GPU, NcclConfig
 from clustersim.sim.collectives.nccl_tuning import PROTOCOLS
 from clustersim.sim.cost.memory import RECOMPUTE_MODES
+from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, show_value
 from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
@@ -76,6 +77,11 @@ class ClusterSection(Section):
     gpus_per_node: int = Field(gt=0, le=MAX_GPUS_PER_NODE)
     topology: TopologySection
     nccl: NcclSection | None = Field(None, description="run collectives as NCCL does (absent: textbook algorithms)")
+    compute_model: Literal["roofline", "kernel"] = Field(
+        "roofline",
+        description="roofline: FLOPs / (peak x gpu efficiency); kernel: each layer as its kernels, "
+        "GEMMs by tiles and waves, element-wise kernels by HBM traffic (sim.cost.kernels)",
+    )
 
     @property
     def num_gpus(self) -> int:
@@ -97,6 +103,11 @@ class ClusterSection(Section):
         if self.nccl is not None and not TOPOLOGIES[self.topology.kind].nvswitch_nodes:
             kinds = " or ".join(name for name, kind in TOPOLOGIES.items() if kind.nvswitch_nodes)
             raise FieldError("nccl", f"needs NVSwitch nodes (topology kind {kinds}), not {self.topology.kind}")
+        if self.compute_model == "kernel" and CHIPS[self.gpu].matmul_ceiling is None:
+            measured = ", ".join(name for name, chip in CHIPS.items() if chip.matmul_ceiling is not None)
+            raise FieldError(
+                "compute_model", f"kernel needs a measured matmul ceiling: known for {measured}, not {self.gpu}"
+            )
         return self
 
     @property
@@ -121,6 +132,9 @@ class TrainingSection(Section):
         "none",
         description="activation recomputation: none, selective (attention "
         "core, Korthikanti et al.), full (whole layer)",
+    )
+    flash_attention: bool = Field(
+        False, description="the attention core as one fused flash-attention kernel (cluster.compute_model: kernel)"
     )
 
     @property

@@ -65,3 +65,18 @@ def test_step_estimate_is_near_the_simulated_step():
     simulated = simulate(scenario).summary["step_time_s"]
     estimated = estimate(scenario, Fabric(build_topology(scenario))).step_time_s
     assert estimated == pytest.approx(simulated, rel=0.10)
+
+
+def test_step_estimate_follows_the_kernel_compute_model():
+    """With cluster.compute_model: kernel the estimate times compute as the run does: within 10%
+    of the engine on the quickstart, and not the roofline's estimate."""
+    text = QUICKSTART.read_text().replace("enabled: true", "enabled: false")
+    roofline = load_scenario_text(text)
+    kernel = load_scenario_text(
+        text.replace("  gpu: A100-SXM-80GB\n", "  gpu: A100-SXM-80GB\n  compute_model: kernel\n")
+    )
+    assert kernel.cluster.compute_model == "kernel"
+    simulated = simulate(kernel).summary["step_time_s"]
+    estimated = estimate(kernel, Fabric(build_topology(kernel))).step_time_s
+    assert estimated == pytest.approx(simulated, rel=0.10)
+    assert estimated != pytest.approx(estimate(roofline, Fabric(build_topology(roofline))).step_time_s, rel=0.10)

@@ -421,7 +421,7 @@ BAD = [
         "unknown_gpu",
         variant(("cluster.gpu", "V100")),
         "cluster.gpu",
-        r"unknown gpu 'V100' \(valid: A100-SXM-80GB, H100-SXM, H200\)$",
+        r"unknown gpu 'V100' \(valid: A100-SXM-80GB, A100-SXM-40GB, H100-SXM, H200, H800-SXM, TPU-v4, TPU-v5p\)$",
     ),
     (
         "unknown_preset",

@@ -1,0 +1,146 @@
+"""The per-kernel compute model's time of every compute op of a scenario (cluster.compute_model:
+kernel), and the same time by kernel class for the step-time breakdown.
+
+An F or B op is the work items of its stage (schedules.tensor_parallel.tp_stage_plan: all of them
+for a whole op, piece `part` of an op tensor parallelism cut); each item is its kernels
+(sim.cost.kernels): a forward item its forward kernels, a backward item its backward kernels, less
+the weight gradients when a zero-bubble schedule splits them off into a W op, plus the attention
+core's forward again under selective recompute (full recompute: tp_stage_plan already puts the
+forward items in the backward). A W op is the weight gradients of its stage's backward items, an
+R op the recompute alone, OPT one optimizer kernel over the op's bytes. op.flops stays the counted
+model FLOPs (MFU); only the time comes from here. Times are computed once per (phase, stage, part,
+split, bytes) and looked up per op: a 16,384-GPU run asks millions of times.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from clustersim.schedules.ir import Compute, Phase, Program
+from clustersim.schedules.order import split_steps
+from clustersim.schedules.pipeline import rank_order
+from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes, optimizer_kernel
+from clustersim.sim.cost.stages import stage_moe_layers
+from clustersim.sim.scenario.chips import CHIPS
+from clustersim.sim.scenario.schema import Scenario
+
+Key = tuple[Phase, int, int | None, bool, float]  # (phase, stage, part, split backward, nbytes)
+
+
+def shapes_of(scenario: Scenario) -> Shapes:
+    """The shapes one tensor-parallel rank's kernels see in this scenario."""
+    m, p, t = scenario.model_spec, scenario.parallel, scenario.training
+    model = (m.seq_len, m.hidden, m.heads, m.ffn, m.vocab)
+    return Shapes(
+        t.micro_batch,
+        *model,
+        p.tp,
+        p.sequence_parallel,
+        m.gated_mlp,
+        t.flash_attention,
+        scenario.dtype_bytes,
+        m.moe,
+        p.ep,
+    )
+
+
+class KernelTimes:
+    """Seconds by kernel class (KERNEL_CLASSES order) of each compute op of one scenario."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.chip, self.gpu = CHIPS[scenario.cluster.gpu], scenario.gpu_spec
+        layer = LayerKernels(self.chip, self.gpu, shapes_of(scenario))
+        names = ("attn", "mlp", "embed", "head") + (("router", "experts") if scenario.model_spec.moe else ())
+        self.items = {name: layer.item(name) for name in names}
+        self._classes: dict[Key, tuple[float, ...]] = {}
+
+    @functools.cached_property
+    def split(self) -> set[tuple[int, int]]:
+        """(microbatch, stage) of the backwards the schedule splits into B and W."""
+        s, p = self.scenario, self.scenario.parallel
+        return split_steps(rank_order(s.schedule, p.pp, s.num_microbatches, p.virtual))
+
+    def _pieces(self, phase: Phase, stage: int, recompute_full: bool) -> list[list[str]]:
+        p = self.scenario.parallel
+        plan = tp_stage_plan(
+            phase,
+            stage_moe_layers(self.scenario, stage),
+            stage == 0,
+            stage == p.num_stages - 1,
+            p.sequence_parallel,
+            recompute_full,
+            tp=p.tp,
+            ep=p.ep,
+        )
+        return [list(items) for items, _, _ in plan]
+
+    def _item_kernels(self, item: str, split: bool) -> list[Kernel]:
+        phase, name = item.split(".")
+        kernels = self.items[name]
+        if phase == "F":
+            return list(kernels.forward)
+        redo = self._recomputed_core() if name == "attn" else []
+        return [k for k in kernels.backward if not (split and k.part == "W")] + redo
+
+    def _recomputed_core(self) -> list[Kernel]:
+        """The attention core's forward kernels under selective recompute, else none."""
+        return list(self.items["attn"].core) if self.scenario.training.recompute == "selective" else []
+
+    def _kernels(self, phase: Phase, stage: int, part: int | None, split: bool, nbytes: float) -> list[Kernel]:
+        full = self.scenario.training.recompute == "full"
+        if phase == Phase.OPT:
+            return [optimizer_kernel(self.chip, self.gpu, nbytes)]
+        if phase == Phase.W:
+            items = [i for piece in self._pieces(Phase.B, stage, False) for i in piece]
+            return [k for i in items for k in self._item_kernels(i, False) if k.part == "W"]
+        if phase == Phase.R:  # what the backward recomputes: the forward (full), the attention core (selective)
+            forward = [i for piece in self._pieces(Phase.F, stage, False) for i in piece]
+            if full:
+                return [k for i in forward for k in self._item_kernels(i, False)]
+            return [k for i in forward if i == "F.attn" for k in self._recomputed_core()]
+        pieces = self._pieces(phase, stage, full)
+        items = pieces[part] if part is not None else [i for piece in pieces for i in piece]
+        return [k for i in items for k in self._item_kernels(i, split)]
+
+    def whole_op_s(self, phase: Phase, stage: int) -> float:
+        """Seconds of a stage's whole F or unsplit B op (the planner's estimate, sim.plan.estimate)."""
+        return sum(k.time_s for k in self._kernels(phase, stage, None, False, 0.0))
+
+    def _key(self, op: Compute) -> Key:
+        return (op.phase, op.stage, op.part, op.phase == Phase.B and (op.microbatch, op.stage) in self.split, op.nbytes)
+
+    def kernels_of(self, op: Compute) -> list[Kernel]:
+        """The kernels an op runs, in order."""
+        return self._kernels(*self._key(op))
+
+    def classes_s(self, op: Compute) -> tuple[float, ...]:
+        """The op's seconds in each kernel class (KERNEL_CLASSES order)."""
+        key = self._key(op)
+        if (found := self._classes.get(key)) is None:
+            kernels = self._kernels(*key)
+            found = self._classes[key] = tuple(sum(k.time_s for k in kernels if k.klass == c) for c in KERNEL_CLASSES)
+        return found
+
+    def time_fn(self) -> Callable[[Compute], float]:
+        """Compute op -> seconds, one look-up per op after the first of its kind."""
+        times: dict[Key, float] = {}
+
+        def time_s(op: Compute) -> float:
+            key = self._key(op)
+            if (t := times.get(key)) is None:
+                t = times[key] = sum(self.classes_s(op))
+            return t
+
+        return time_s
+
+    def by_class_s(self, program: Program, rank: int) -> dict[str, float]:
+        """A rank's compute seconds per kernel class (its compute ops run one after another on its
+        compute stream, so their sum is its compute time)."""
+        totals = [0.0] * len(KERNEL_CLASSES)
+        for op in program.ops[rank]:
+            if isinstance(op, Compute):
+                totals = [a + b for a, b in zip(totals, self.classes_s(op), strict=True)]
+        return dict(zip(KERNEL_CLASSES, totals, strict=True))

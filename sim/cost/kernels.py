@@ -1,0 +1,278 @@
+"""A decoder layer (and the embedding and LM head around it) as the kernels Megatron-LM runs for
+it on one tensor-parallel rank, with their real shapes, each timed by sim.cost.gemm.
+
+For b sequences of s tokens (T = b s), hidden h, a heads of d = h / a, MLP width f, tensor
+parallel t (a/t heads and f/t columns per rank; sequence parallel: the norms and residuals see
+T/t tokens), per work item of schedules.tensor_parallel.tp_stage_plan:
+
+    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h); attention core: scores Q K^T, batched
+             b a/t times (s x s x d), softmax and dropout over (b a/t s s), context P V (s x d x s),
+             or one fused flash-attention kernel; output projection (T x h x h/t); dropout+residual
+    mlp      layernorm; FC1 (T x f/t x h; gated: 2f/t, gate and up in one GEMM); GeLU or SwiGLU;
+             FC2 (T x h x f/t); dropout+residual
+    embed    token + position lookup (T x h), dropout
+    head     final layernorm; logits (T x V/t x h); vocab-parallel cross-entropy over (T x V/t)
+    router   logits (T/t x E x h); softmax and top-k; permute the routed rows (R/t of h)
+    experts  grouped FC1 and FC2 over the E/ep local experts (R/t rows, evenly), the shared
+             experts' FC1 and FC2 (T/t rows), the activations, unpermute and weighted combine
+
+A GEMM Y (m x n) = X (m x k) W (k x n) has a backward of two GEMMs of the same FLOPs: the input
+gradient dX = dY W^T (m x k x n) and the weight gradient dW = X^T dY (k x n x m); the weight
+gradients are the W part a zero-bubble schedule splits off (sim.cost.stages), everything else of
+the backward (input gradients, the attention core's gradients, element-wise backward) is B.
+Element-wise kernels move bytes per element as listed at each one (dt = dtype bytes, masks 1 B).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clustersim.sim.cost import gemm
+from clustersim.sim.cost.compute import moe_routed_rows
+from clustersim.sim.scenario.chips import ChipSpec
+from clustersim.sim.scenario.hardware import GpuSpec
+from clustersim.sim.scenario.presets import MoESpec
+
+KERNEL_CLASSES = ("gemm", "attention_core", "elementwise", "optimizer")
+Pair = tuple[list["Kernel"], list["Kernel"]]  # a piece's forward kernels and its backward kernels
+ITEMS = ("attn", "mlp", "embed", "head", "router", "experts")
+
+# Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py) in fp32
+# over each rank's (T x V/t) logits, bytes per logit: forward cast 2 + 4, subtract the max 4 + 4,
+# exp 4 + 4, sum 4 = 26; backward softmax minus one-hot, scaled 4 + 4, cast for the GEMM 4 + 2 = 14.
+CROSS_ENTROPY_FORWARD_BYTES = 26
+CROSS_ENTROPY_BACKWARD_BYTES = 14
+# The router's fp32 softmax and top-k over (T/t x E) scores: read and write 4 + 4; backward 4 + 4 + 4.
+ROUTER_SOFTMAX_FORWARD_BYTES = 8
+ROUTER_SOFTMAX_BACKWARD_BYTES = 12
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: its class, the part of a step it belongs to (F forward, B input gradient and
+    element-wise backward, W weight gradient), its time, and the model FLOPs it accounts for
+    (Megatron's count: GEMMs and the attention core; 0 for element-wise kernels)."""
+
+    name: str
+    klass: str
+    part: str
+    time_s: float
+    flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What one tensor-parallel rank's kernels are made of."""
+
+    micro_batch: int
+    seq_len: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    tp: int
+    sequence_parallel: bool
+    gated_mlp: bool
+    flash_attention: bool
+    dtype_bytes: int
+    moe: MoESpec | None = None
+    ep: int = 1
+
+
+@dataclass(frozen=True)
+class ItemKernels:
+    """A work item's forward and backward kernels; `core` is the attention core's forward, what
+    selective recompute runs again before the backward (Korthikanti et al. 2022, section 5)."""
+
+    forward: tuple[Kernel, ...]
+    backward: tuple[Kernel, ...]
+    core: tuple[Kernel, ...] = ()
+
+
+class LayerKernels:
+    """The kernels of each work item (ITEMS) at these shapes on this chip."""
+
+    def __init__(self, chip: ChipSpec, gpu: GpuSpec, shapes: Shapes):
+        self.chip, self.gpu, self.sh = chip, gpu, shapes
+
+    # --- building blocks ---------------------------------------------------------------------
+
+    def _gemm(
+        self, name: str, m: int, n: int, k: int, batch: int = 1, klass: str = "gemm", weights: bool = True
+    ) -> Pair:
+        """Forward Y (m x n) = X (m x k) W (k x n), `batch` times; its input gradient (m x k x n)
+        and its other operand's gradient (k x n x m): a weight's (W part), or an activation's (B)."""
+        c, g, dt = self.chip, self.gpu, self.sh.dtype_bytes
+        flops = 2.0 * m * n * k * batch
+        forward = Kernel(name, klass, "F", gemm.gemm_time_s(c, g, m, n, k, batch, dt), flops)
+        dgrad = Kernel(f"{name} dgrad", klass, "B", gemm.gemm_time_s(c, g, m, k, n, batch, dt), flops)
+        wgrad = Kernel(
+            f"{name} wgrad", klass, "W" if weights else "B", gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops
+        )
+        return [forward], [dgrad, wgrad]
+
+    def _ew(
+        self, name: str, elements: float, forward_bytes: float, backward_bytes: float, klass="elementwise", part="B"
+    ) -> Pair:
+        """An element-wise kernel over `elements` moving the given bytes per element each way."""
+        c, g = self.chip, self.gpu
+        forward = Kernel(name, klass, "F", gemm.elementwise_time_s(c, g, elements * forward_bytes))
+        backward = Kernel(f"{name} backward", klass, part, gemm.elementwise_time_s(c, g, elements * backward_bytes))
+        return [forward], [backward]
+
+    def _norm(self, tokens: float) -> Pair:
+        """Layernorm: read x, write y (2 dt); backward read x and dy, write dx (3 dt)."""
+        dt = self.sh.dtype_bytes
+        return self._ew("layernorm", tokens * self.sh.hidden, 2 * dt, 3 * dt)
+
+    def _dropout_add(self, tokens: float) -> Pair:
+        """Fused bias-dropout-add: read x and the residual, write y and the mask (3 dt + 1);
+        backward read dy and the mask, write dx (2 dt + 1)."""
+        dt = self.sh.dtype_bytes
+        return self._ew("dropout+residual", tokens * self.sh.hidden, 3 * dt + 1, 2 * dt + 1)
+
+    @staticmethod
+    def _join(*pairs: Pair) -> ItemKernels:
+        """Pieces run in order forward, their backwards in reverse order."""
+        return ItemKernels(tuple(k for f, _ in pairs for k in f), tuple(k for _, b in reversed(pairs) for k in b))
+
+    # --- the work items -----------------------------------------------------------------------
+
+    @property
+    def _tokens(self) -> int:
+        return self.sh.micro_batch * self.sh.seq_len
+
+    @property
+    def _norm_tokens(self) -> float:
+        """Tokens a norm or residual sees on one rank: T, or T/t in a sequence-parallel region."""
+        return self._tokens / self.sh.tp if self.sh.sequence_parallel else self._tokens
+
+    def attention_core(self) -> Pair:
+        """Scores, softmax, dropout and context of a/t heads (or one flash-attention kernel)."""
+        sh, dt = self.sh, self.sh.dtype_bytes
+        heads = sh.micro_batch * sh.heads // sh.tp  # (batch x heads) per rank
+        s, d = sh.seq_len, sh.hidden // sh.heads
+        if sh.flash_attention:
+            flops = 4.0 * heads * s * s * d  # Megatron's count: Q K^T and P V, no causal skip
+            c, g = self.chip, self.gpu
+            forward = Kernel(
+                "flash attention", "attention_core", "F", gemm.flash_attention_time_s(c, g, heads, s, d, 2, 1), flops
+            )
+            # backward: S = Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q; P again
+            backward = Kernel(
+                "flash attention backward",
+                "attention_core",
+                "B",
+                gemm.flash_attention_time_s(c, g, heads, s, d, 5, 1),
+                2 * flops,
+            )
+            return [forward], [backward]
+        scores = self._gemm("scores Q K^T", s, s, d, heads, "attention_core", weights=False)
+        softmax = self._ew("softmax", heads * s * s, 2 * dt, 3 * dt, "attention_core")  # fused scale-mask-softmax
+        dropout = self._ew("attention dropout", heads * s * s, 2 * dt + 1, 2 * dt + 1, "attention_core")
+        context = self._gemm("context P V", s, d, s, heads, "attention_core", weights=False)
+        joined = self._join(scores, softmax, dropout, context)
+        return list(joined.forward), list(joined.backward)
+
+    def attn(self) -> ItemKernels:
+        sh = self.sh
+        core = self.attention_core()
+        joined = self._join(
+            self._norm(self._norm_tokens),
+            self._gemm("QKV", self._tokens, 3 * sh.hidden // sh.tp, sh.hidden),
+            core,
+            self._gemm("attention projection", self._tokens, sh.hidden, sh.hidden // sh.tp),
+            self._dropout_add(self._norm_tokens),
+        )
+        return ItemKernels(joined.forward, joined.backward, tuple(core[0]))
+
+    def _activation(self, rows: float, width: int) -> Pair:
+        """GeLU (read x, write y: 2 dt; backward read x and dy, write dx: 3 dt) or SwiGLU over
+        (rows x width) outputs (read gate and up, write y: 3 dt; backward read gate, up and dy,
+        write both gradients: 5 dt)."""
+        dt = self.sh.dtype_bytes
+        if self.sh.gated_mlp:
+            return self._ew("SwiGLU", rows * width, 3 * dt, 5 * dt)
+        return self._ew("GeLU", rows * width, 2 * dt, 3 * dt)
+
+    def mlp(self) -> ItemKernels:
+        sh = self.sh
+        width = sh.ffn // sh.tp
+        up = 2 * width if sh.gated_mlp else width
+        return self._join(
+            self._norm(self._norm_tokens),
+            self._gemm("FC1", self._tokens, up, sh.hidden),
+            self._activation(self._tokens, width),
+            self._gemm("FC2", self._tokens, sh.hidden, width),
+            self._dropout_add(self._norm_tokens),
+        )
+
+    def embed(self) -> ItemKernels:
+        """Token and position rows read, their sum written (3 dt); the weight gradient scatters dy
+        into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel."""
+        dt, elements = self.sh.dtype_bytes, self._tokens * self.sh.hidden
+        lookup = self._ew("embedding", elements, 3 * dt, dt + 8, part="W")
+        return self._join(lookup, self._ew("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
+
+    def head(self) -> ItemKernels:
+        sh = self.sh
+        width = sh.vocab // sh.tp
+        loss = self._ew(
+            "cross-entropy", self._tokens * width, CROSS_ENTROPY_FORWARD_BYTES, CROSS_ENTROPY_BACKWARD_BYTES
+        )
+        return self._join(self._norm(self._norm_tokens), self._gemm("logits", self._tokens, width, sh.hidden), loss)
+
+    def _routed_rows(self) -> int:
+        """Token rows this rank's experts process: R/t (sim.cost.compute.moe_routed_rows)."""
+        assert self.sh.moe is not None
+        return moe_routed_rows(self.sh.micro_batch, self.sh.seq_len, self.sh.moe) // self.sh.tp
+
+    def router(self) -> ItemKernels:
+        sh, moe, dt = self.sh, self.sh.moe, self.sh.dtype_bytes
+        assert moe is not None
+        tokens = self._tokens // sh.tp  # each tensor-parallel rank routes 1/t of the tokens
+        return self._join(
+            self._gemm("router", tokens, moe.num_experts, sh.hidden),
+            self._ew(
+                "router softmax+top-k",
+                tokens * moe.num_experts,
+                ROUTER_SOFTMAX_FORWARD_BYTES,
+                ROUTER_SOFTMAX_BACKWARD_BYTES,
+            ),
+            self._ew("permute", self._routed_rows() * sh.hidden, 2 * dt, 2 * dt),
+        )
+
+    def experts(self) -> ItemKernels:
+        sh, moe, dt = self.sh, self.sh.moe, self.sh.dtype_bytes
+        assert moe is not None
+        local = moe.num_experts // sh.ep
+        rows = self._routed_rows()
+        per_expert = math.ceil(rows / local)  # balanced routing
+        up = (2 if sh.gated_mlp else 1) * moe.expert_ffn
+        parts = [
+            self._gemm("expert FC1", per_expert, up, sh.hidden, local),
+            self._activation(rows, moe.expert_ffn),
+            self._gemm("expert FC2", per_expert, sh.hidden, moe.expert_ffn, local),
+        ]
+        if moe.shared_experts:
+            tokens, width = self._tokens // sh.tp, moe.shared_experts * moe.expert_ffn
+            parts += [
+                self._gemm("shared FC1", tokens, (2 if sh.gated_mlp else 1) * width, sh.hidden),
+                self._activation(tokens, width),
+                self._gemm("shared FC2", tokens, sh.hidden, width),
+            ]
+        parts.append(self._ew("unpermute+combine", rows * sh.hidden, 2 * dt, 2 * dt))
+        return self._join(*parts)
+
+    def item(self, name: str) -> ItemKernels:
+        """The kernels of work item `name` (one of ITEMS)."""
+        if name not in ITEMS:
+            raise ValueError(f"unknown work item {name!r}: one of {', '.join(ITEMS)}")
+        return getattr(self, name)()
+
+
+def optimizer_kernel(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> Kernel:
+    """The optimizer step: one fused multi-tensor kernel streaming `nbytes` of parameters,
+    gradients and states (sim.cost.compute.ADAM_BYTES_PER_PARAM per parameter)."""
+    return Kernel("optimizer", "optimizer", "F", gemm.elementwise_time_s(chip, gpu, nbytes))

@@ -1,0 +1,106 @@
+"""What the per-kernel compute model (sim.cost.gemm, sim.cost.kernels) knows of each accelerator
+beyond the roofline's GpuSpec (sim.scenario.hardware): its compute units and clock, the GEMM tiles
+its libraries run, the best matmul throughput measured on it, the share of the datasheet HBM
+bandwidth a streaming kernel reaches, and the gap a kernel launch costs. One description per
+type, each number with its source; a scenario never tunes them.
+
+The datasheet peak is compute_units x tensor_flops_per_clock x boost_clock_hz (a test checks it
+against GpuSpec.peak_flops). The kernel model's GEMM rate is anchored to the measured matmul
+ceiling (sim.cost.gemm.mainloop_efficiency), so gpu_overrides.peak_flops and .efficiency, the
+roofline's knobs, do not change it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MatmulCeiling:
+    """The best BF16 matmul throughput measured on a chip, and the (m, n, k) shape that reached it."""
+
+    m: int
+    n: int
+    k: int
+    flops: float  # FLOP/s
+    source: str
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    compute_units: int  # streaming multiprocessors (GPU) or matrix units (TPU MXUs)
+    boost_clock_hz: float  # the clock the datasheet's tensor peak assumes
+    tensor_flops_per_clock: int  # dense BF16 tensor FLOP per clock per unit
+    fp8_peak_flops: float | None  # dense FP8 tensor FLOP/s; None: no FP8 tensor cores
+    exp_per_clock: int | None  # exponentials per clock per unit (a GPU's SFUs), for softmax in flash attention
+    tiles: tuple[
+        tuple[int, int], ...
+    ]  # (rows, cols) of the output tiles its GEMM kernels compute, one per unit at a time
+    matmul_ceiling: MatmulCeiling | None  # None: no published measurement, no kernel model
+    hbm_efficiency: float  # achievable fraction of the datasheet HBM bandwidth, streaming
+    launch_overhead_s: float  # gap between two kernels back to back on one stream
+
+
+# NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical
+# tile dimensions in cuBLAS and performance": cuBLAS's most efficient tiles for large GEMMs are
+# 256x128 and 128x256, then 128x128; a kernel computes one output tile per SM at a time, so the
+# tiles run in waves of (SM count) (section 3.2, wave quantization).
+CUBLAS_TILES = ((256, 128), (128, 256), (128, 128))
+
+# Stas Bekman, "Machine Learning Engineering", compute/accelerator/README.md, "Maximum Achievable
+# Matmul FLOPS comparison table" (mamf-finder.py, BF16 torch.matmul, a brute-force search of shapes).
+MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table"
+A100_CEILING = MatmulCeiling(6912, 16384, 2048, 267.9e12, f"{MAMF}: NVIDIA A100 SXM, CUDA 12.1")
+# H100 SXM row; H200 and H800 are the same GH100 SXM5 part (132 SMs, same clocks and power limit).
+H100_CEILING = MatmulCeiling(6144, 17920, 2816, 792.1e12, f"{MAMF}: NVIDIA H100 SXM, CUDA 12.1")
+
+# Achievable HBM bandwidth: OpenCL-Benchmark (ProjectPhysX) on a GH200 (HBM3, 4.0 TB/s datasheet)
+# measured 3,614.6 GB/s coalesced read and 3,704.8 GB/s coalesced write (mredenti/PowerCapping,
+# configuration/OpenCL_benchmark.md): 0.90 of the datasheet. We found no public streaming figure
+# for A100's HBM2e with a stated method, so the A100 entries use the same fraction (a known gap).
+HBM_EFFICIENCY = 0.90
+
+# NVIDIA technical blog, "Getting Started with CUDA Graphs" (Alan Gray, 2019): a 2.9 us kernel
+# launched back to back on one stream takes 3.8 us per kernel: about 1 us between kernels. (These
+# figures are as we recall the blog; our search tools did not reach its text to re-read them.)
+LAUNCH_OVERHEAD_S = 1e-6
+
+# CUDA C++ Programming Guide, section "Arithmetic Instructions", throughput table: "32-bit
+# floating-point reciprocal, ..., base 2 exponential (exp2f), ...": 16 results per clock per SM on
+# compute capability 6.0 and 7.x (read in an edition that stops at 7.x); we carry the 16 to 8.0
+# and 9.0, whose columns we did not read.
+SFU_PER_CLOCK = 16
+
+# NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, boost 1410 MHz, 1024 dense
+# FP16/BF16 FMA per clock per SM (2048 FLOP); no FP8.
+_A100 = ChipSpec(108, 1.41e9, 2048, None, SFU_PER_CLOCK, CUBLAS_TILES, A100_CEILING, HBM_EFFICIENCY, LAUNCH_OVERHEAD_S)
+# NVIDIA H100 Tensor Core GPU Architecture whitepaper, SXM5: 132 SMs, 4096 dense BF16 FLOP per clock
+# per SM; 989.4 TFLOPS dense BF16 and 1,978.9 dense FP8 at 1830 MHz (989.4e12 / (132 x 4096)).
+_H100 = ChipSpec(
+    132, 1.83e9, 4096, 1978.9e12, SFU_PER_CLOCK, CUBLAS_TILES, H100_CEILING, HBM_EFFICIENCY, LAUNCH_OVERHEAD_S
+)
+
+CHIPS: dict[str, ChipSpec] = {
+    "A100-SXM-80GB": _A100,
+    "A100-SXM-40GB": _A100,
+    "H100-SXM": _H100,
+    "H200": _H100,
+    "H800-SXM": _H100,
+    # Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer" (ISCA 2023), Table: 2
+    # TensorCores of 4 MXUs (128x128 bf16 multiply-accumulate) at 1050 MHz = 275 TFLOPS; no FP8.
+    # No published matmul ceiling we could cite: the kernel model refuses it (roofline only).
+    "TPU-v4": ChipSpec(8, 1.05e9, 2 * 128 * 128, None, None, ((128, 128),), None, HBM_EFFICIENCY, LAUNCH_OVERHEAD_S),
+    # TPU v5p: 2 TensorCores of 4 MXUs each (docs.cloud.google.com/tpu/docs/v5p-training); the
+    # clock is not published: 459 TFLOPS / (8 x 32,768 FLOP/clock) = 1.75 GHz, derived, not a source.
+    "TPU-v5p": ChipSpec(
+        8,
+        459e12 / (8 * 2 * 128 * 128),
+        2 * 128 * 128,
+        None,
+        None,
+        ((128, 128),),
+        None,
+        HBM_EFFICIENCY,
+        LAUNCH_OVERHEAD_S,
+    ),
+}
