@@ -43,6 +43,7 @@ def shapes_of(scenario: Scenario) -> Shapes:
         scenario.dtype_bytes,
         m.moe,
         p.ep,
+        t.fp8,
     )
 
 

@@ -78,6 +78,7 @@ class Shapes:
     dtype_bytes: int
     moe: MoESpec | None = None
     ep: int = 1
+    fp8: bool = False  # the transformer layers' linear GEMMs in FP8 (Transformer Engine)
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,24 @@ class LayerKernels:
             f"{name} wgrad", klass, "W" if weights else "B", gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops
         )
         return [forward], [dgrad, wgrad]
+
+    def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
+        """A linear layer's GEMM (Transformer Engine's modules in Megatron): `_gemm`, or with FP8 its
+        GEMMs at the FP8 rate, after casting X (m x k) and dY (m x n) to row- and column-wise FP8
+        copies (read dt, write 2 bytes per element; an upper bound, TE fuses some of them)."""
+        if not self.sh.fp8:
+            return self._gemm(name, m, n, k, batch)
+        c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
+
+        def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
+            return Kernel(label, "gemm", part, gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True), flops)
+
+        def cast(label: str, part: str, elements: int) -> Kernel:
+            return Kernel(f"{label} FP8 cast", "elementwise", part, gemm.elementwise_time_s(c, g, elements * (dt + 2)))
+
+        forward = [cast(name, "F", batch * m * k), fp8(name, "F", m, n, k)]
+        dy = cast(f"{name} dY", "B", batch * m * n)
+        return forward, [dy, fp8(f"{name} dgrad", "B", m, k, n), fp8(f"{name} wgrad", "W", k, n, m)]
 
     def _ew(
         self, name: str, elements: float, forward_bytes: float, backward_bytes: float, klass="elementwise", part="B"
@@ -180,9 +199,9 @@ class LayerKernels:
         core = self.attention_core()
         joined = self._join(
             self._norm(self._norm_tokens),
-            self._gemm("QKV", self._tokens, 3 * sh.hidden // sh.tp, sh.hidden),
+            self._linear("QKV", self._tokens, 3 * sh.hidden // sh.tp, sh.hidden),
             core,
-            self._gemm("attention projection", self._tokens, sh.hidden, sh.hidden // sh.tp),
+            self._linear("attention projection", self._tokens, sh.hidden, sh.hidden // sh.tp),
             self._dropout_add(self._norm_tokens),
         )
         return ItemKernels(joined.forward, joined.backward, tuple(core[0]))
@@ -202,9 +221,9 @@ class LayerKernels:
         up = 2 * width if sh.gated_mlp else width
         return self._join(
             self._norm(self._norm_tokens),
-            self._gemm("FC1", self._tokens, up, sh.hidden),
+            self._linear("FC1", self._tokens, up, sh.hidden),
             self._activation(self._tokens, width),
-            self._gemm("FC2", self._tokens, sh.hidden, width),
+            self._linear("FC2", self._tokens, sh.hidden, width),
             self._dropout_add(self._norm_tokens),
         )
 
@@ -251,16 +270,16 @@ class LayerKernels:
         per_expert = math.ceil(rows / local)  # balanced routing
         up = (2 if sh.gated_mlp else 1) * moe.expert_ffn
         parts = [
-            self._gemm("expert FC1", per_expert, up, sh.hidden, local),
+            self._linear("expert FC1", per_expert, up, sh.hidden, local),
             self._activation(rows, moe.expert_ffn),
-            self._gemm("expert FC2", per_expert, sh.hidden, moe.expert_ffn, local),
+            self._linear("expert FC2", per_expert, sh.hidden, moe.expert_ffn, local),
         ]
         if moe.shared_experts:
             tokens, width = self._tokens // sh.tp, moe.shared_experts * moe.expert_ffn
             parts += [
-                self._gemm("shared FC1", tokens, (2 if sh.gated_mlp else 1) * width, sh.hidden),
+                self._linear("shared FC1", tokens, (2 if sh.gated_mlp else 1) * width, sh.hidden),
                 self._activation(tokens, width),
-                self._gemm("shared FC2", tokens, sh.hidden, width),
+                self._linear("shared FC2", tokens, sh.hidden, width),
             ]
         parts.append(self._ew("unpermute+combine", rows * sh.hidden, 2 * dt, 2 * dt))
         return self._join(*parts)

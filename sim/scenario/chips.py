@@ -12,12 +12,14 @@ roofline's knobs, do not change it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class MatmulCeiling:
-    """The best BF16 matmul throughput measured on a chip, and the (m, n, k) shape that reached it."""
+    """The best matmul throughput measured on a chip (BF16, or FP8 inputs), and the (m, n, k)
+    shape that reached it."""
 
     m: int
     n: int
@@ -39,6 +41,7 @@ class ChipSpec:
     matmul_ceiling: MatmulCeiling | None  # None: no published measurement, no kernel model
     hbm_efficiency: float  # achievable fraction of the datasheet HBM bandwidth, streaming
     launch_overhead_s: float  # gap between two kernels back to back on one stream
+    fp8_matmul_ceiling: MatmulCeiling | None = None  # FP8 inputs (float8_e4m3fn); None: no FP8 GEMMs
 
 
 # NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical
@@ -53,6 +56,12 @@ MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table"
 A100_CEILING = MatmulCeiling(6912, 16384, 2048, 267.9e12, f"{MAMF}: NVIDIA A100 SXM, CUDA 12.1")
 # H100 SXM row; H200 and H800 are the same GH100 SXM5 part (132 SMs, same clocks and power limit).
 H100_CEILING = MatmulCeiling(6144, 17920, 2816, 792.1e12, f"{MAMF}: NVIDIA H100 SXM, CUDA 12.1")
+# The same table's FP8 (float8_e4m3fn inputs) rows, a later edition (torch._scaled_mm): H100 SXM
+# 1402.6 TFLOPS at 1024x9216x14336 (torch 2.7.0+cu126); H200 SXM, measured on its own, 1453.4 at
+# 1280x4096x12032 (torch 2.7.1+cu128). H800 is the H100 SXM5 die with less NVLink: H100's row.
+MAMF_FP8 = f"{MAMF}, FP8 (float8_e4m3fn)"
+H100_FP8_CEILING = MatmulCeiling(1024, 9216, 14336, 1402.6e12, f"{MAMF_FP8}: NVIDIA H100 SXM, torch 2.7.0+cu126")
+H200_FP8_CEILING = MatmulCeiling(1280, 4096, 12032, 1453.4e12, f"{MAMF_FP8}: NVIDIA H200 SXM, torch 2.7.1+cu128")
 
 # Achievable HBM bandwidth: OpenCL-Benchmark (ProjectPhysX) on a GH200 (HBM3, 4.0 TB/s datasheet)
 # measured 3,614.6 GB/s coalesced read and 3,704.8 GB/s coalesced write (mredenti/PowerCapping,
@@ -77,14 +86,23 @@ _A100 = ChipSpec(108, 1.41e9, 2048, None, SFU_PER_CLOCK, CUBLAS_TILES, A100_CEIL
 # NVIDIA H100 Tensor Core GPU Architecture whitepaper, SXM5: 132 SMs, 4096 dense BF16 FLOP per clock
 # per SM; 989.4 TFLOPS dense BF16 and 1,978.9 dense FP8 at 1830 MHz (989.4e12 / (132 x 4096)).
 _H100 = ChipSpec(
-    132, 1.83e9, 4096, 1978.9e12, SFU_PER_CLOCK, CUBLAS_TILES, H100_CEILING, HBM_EFFICIENCY, LAUNCH_OVERHEAD_S
+    132,
+    1.83e9,
+    4096,
+    1978.9e12,
+    SFU_PER_CLOCK,
+    CUBLAS_TILES,
+    H100_CEILING,
+    HBM_EFFICIENCY,
+    LAUNCH_OVERHEAD_S,
+    H100_FP8_CEILING,
 )
 
 CHIPS: dict[str, ChipSpec] = {
     "A100-SXM-80GB": _A100,
     "A100-SXM-40GB": _A100,
     "H100-SXM": _H100,
-    "H200": _H100,
+    "H200": dataclasses.replace(_H100, fp8_matmul_ceiling=H200_FP8_CEILING),
     "H800-SXM": _H100,
     # Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer" (ISCA 2023), Table: 2
     # TensorCores of 4 MXUs (128x128 bf16 multiply-accumulate) at 1050 MHz = 275 TFLOPS; no FP8.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator, model_validator
 
 from clustersim.schedules.pipeline import SCHEDULES, ScheduleError
+from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
 from clustersim.sim.scenario.fields import Section, one_of
 from clustersim.sim.scenario.hardware import GpuSpec
@@ -143,7 +144,20 @@ class Scenario(Section):
             raise FieldError(
                 "parallel.sequence_parallel", "needs parallel.tp > 1 (it splits the tensor-parallel group's sequence)"
             )
+        if t.fp8:
+            self._check_fp8()
         return self
+
+    def _check_fp8(self) -> None:
+        """FP8 GEMMs are the kernel model's (their rate comes from a measured FP8 matmul ceiling)."""
+        if self.cluster.compute_model != "kernel":
+            raise FieldError("training.fp8", "needs cluster.compute_model: kernel (FP8 GEMMs are timed per kernel)")
+        if CHIPS[self.cluster.gpu].fp8_matmul_ceiling is None:
+            known = ", ".join(name for name, chip in CHIPS.items() if chip.fp8_matmul_ceiling is not None)
+            raise FieldError(
+                "training.fp8",
+                f"needs FP8 tensor cores with a measured FP8 matmul ceiling: {known}, not {self.cluster.gpu}",
+            )
 
     def _check_expert_parallel(self) -> None:
         """Layout rule (DeepSpeed-MoE; Megatron-Core's expert parallelism with expert tensor parallel
@@ -240,6 +254,8 @@ class Scenario(Section):
             del data["cluster"]["compute_model"]
         if not self.training.flash_attention:
             del data["training"]["flash_attention"]
+        if not self.training.fp8:
+            del data["training"]["fp8"]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes

@@ -136,6 +136,11 @@ class TrainingSection(Section):
     flash_attention: bool = Field(
         False, description="the attention core as one fused flash-attention kernel (cluster.compute_model: kernel)"
     )
+    fp8: bool = Field(
+        False,
+        description="the transformer layers' linear GEMMs on FP8 operands, as Transformer Engine runs them "
+        "(cluster.compute_model: kernel, a GPU with FP8 tensor cores)",
+    )
 
     @property
     def dtype_bytes(self) -> int:
