@@ -45,6 +45,8 @@ SYSTEMS = {
         "A100",
     ),
     "6 DGX H100, 8 NDR rails": ("fattree:nodes=6,gpus_per_node=8", "H100"),
+    "4 DGX H100, 8 NDR rails": ("fattree:nodes=4,gpus_per_node=8", "H100"),
+    "2 DGX H100, 8 NDR rails": ("fattree:nodes=2,gpus_per_node=8", "H100"),
 }
 
 AZURE_A100 = (
@@ -66,6 +68,14 @@ ISSUE_267 = (
     "NVIDIA/nccl-tests#267 (https://github.com/NVIDIA/nccl-tests/issues/267), S. Jeaugey and AddyLaddy: "
     "alltoall gets one NIC's rate, 48-49 GB/s on NDR"
 )
+ISSUE_309 = "NVIDIA/nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309), 2025"
+QOOFYK_4 = (
+    ISSUE_309 + ": 4 VMs of Dell XE9680 (8 H100 SXM, 8 ConnectX-7 NDR each), NCCL 2.26.2, mpirun -np 32 "
+    "all_reduce_perf -b 8 -e 16g -f 2 -g 1 (one process per GPU), NCCL_NET_GDR_LEVEL=1, out-of-place; "
+    "K. Iskra (NVIDIA): 'a good number'"
+)
+QOOFYK_2 = ISSUE_309 + ": 2 Dell XE9680 (bare metal), NCCL 2.26.2, mpirun -np 16 -g 1, out-of-place"
+GJ_AION_4 = ISSUE_309 + ": another cluster, 4 of its 8 H100 nodes on NDR InfiniBand, mpirun -np 32 -g 1, out-of-place"
 
 
 @dataclass(frozen=True)
@@ -91,9 +101,19 @@ def _size_text(size: int) -> str:
     return f"{size // {'GiB': G, 'MiB': M, 'KiB': K, 'B': 1}[unit]} {unit}"
 
 
-LAUNCH = "latency-bound; the source ran one process driving 8 GPUs (-g 8): its serial launches are a likely cause"
-RAMP = "busbw still rises from 256 MiB to 8 GiB (~150 us more per call in both Azure tables), which no model term has"
-NVLS_SMALL = "NVLS below a few MiB runs fewer, partly filled chunks per channel; the model has one step at full rate"
+LAUNCH = (
+    "latency-bound: the run takes a flat 42-45 us per call from 1 KiB to 256 KiB, one process driving 8 GPUs "
+    "(-g 8), whose serial launches are a likely cause; NCCL's own model says 15 us"
+)
+RAMP = (
+    "busbw still rises from 256 MiB to 8 GiB: 100-220 us per call more than the model in the Azure and #309 "
+    "tables, more than NCCL's own latency terms (25-56 us) and not in its cost model either"
+)
+NVLS_SMALL = (
+    "a flat ~42 us per call from 64 KiB to 2 MiB against tuning.cc's 25 us NVLS latency: NCCL's own model misses "
+    "it by as much (+48.5%)"
+)
+TREE_SMALL = "latency-bound (tree, LL): NCCL's own cost model is 30% fast here too (36 us against 47 us)"
 ROWS = [
     Row(AZURE_A100, "DGX A100", "all_reduce", 8 * G, 231.58, 0.05),
     Row(AZURE_A100, "DGX A100", "all_reduce", 1 * G, 228.10, 0.05),
@@ -114,6 +134,31 @@ ROWS = [
     Row(ISSUE_1281 + ": reduce_scatter busbw 360 GB/s", "DGX H100", "reduce_scatter", 8 * G, 360.0, 0.05),
     Row(ISSUE_1281 + ": all_gather busbw 350 GB/s", "DGX H100", "all_gather", 8 * G, 350.0, 0.05),
     Row(JEAUGEY_160, "4 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 192.0, 0.05),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 364.93, 0.05),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * G, 358.14, 0.05),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 294.16, 0.15, why=RAMP),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 24.73, 0.15),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.34, 0.25, why=TREE_SMALL),
+    Row(
+        GJ_AION_4,
+        "4 DGX H100, 8 NDR rails",
+        "all_reduce",
+        8 * G,
+        324.52,
+        0.10,
+        why="the same hardware measures 364.93 GB/s on the first cluster of the thread (12% apart); NVIDIA points "
+        "at that network's adaptive routing and settings",
+    ),
+    Row(
+        QOOFYK_2,
+        "2 DGX H100, 8 NDR rails",
+        "all_reduce",
+        8 * G,
+        468.46,
+        0.10,
+        why="two nodes (an 'aberration, an ideal case for the tree', NVIDIA says in the thread): NCCL's own model "
+        "is within 2%, the link-level NVLS-tree 9% fast, so its NIC half at two nodes is where to look",
+    ),
     Row(
         ISSUE_267,
         "6 DGX H100, 8 NDR rails",
@@ -164,7 +209,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-# The Azure tables in full: in-place busbw (GB/s) of all_reduce_perf -b 8 -e 8G -f 2 -g 8 -n 40 under
+# Full sweeps. The Azure tables: in-place busbw (GB/s) of all_reduce_perf -b 8 -e 8G -f 2 -g 8 -n 40 under
 # NCCL_ALGO=NVLS (Benchmarks/NCCLBandwidth.py), NCCL 2.18.5, at 1 KiB, 2 KiB, ... 8 GiB (the tables'
 # "1K" .. "8G" rows; their "65K" is 64 KiB and so on). Read at Azure/AI-benchmarking-guide 8fd0c6e.
 SWEEP_SIZES = tuple(K << k for k in range(24))
@@ -176,6 +221,12 @@ SWEEPS = {
     (AZURE_H100, "DGX H100", "nvls"): (
         0.07, 0.14, 0.27, 0.53, 0.95, 1.71, 2.72, 5.40, 10.86, 21.35, 43.70, 81.93,
         128.73, 172.13, 234.45, 295.53, 361.78, 400.61, 423.38, 438.46, 466.35, 472.36, 475.54, 478.87,
+    ),
+    # nccl-tests#309's 4-node table, out-of-place busbw at the same sizes (its 2 MiB point, 21.24, is
+    # below its 1 MiB one; the in-place column has 30.74 there)
+    (QOOFYK_4, "4 DGX H100, 8 NDR rails", "auto"): (
+        0.05, 0.10, 0.19, 0.34, 0.65, 1.29, 2.50, 4.55, 7.49, 13.94, 24.73, 21.24,
+        53.77, 74.78, 125.23, 172.92, 224.53, 262.48, 294.16, 334.58, 358.14, 361.56, 363.54, 364.93,
     ),
 }  # fmt: skip
 
