@@ -19,7 +19,9 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
 - both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92),
   and by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc);
 - every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies; the
-  path latency the network charges counts toward it), and the first step NCCL's base latency more.
+  path latency the network charges counts toward it), and the first step NCCL's base latency more;
+- single-node NVLS pays its pipeline's fill once (`nvls_fill_s`); a ring has none (every rank sends
+  from the first step on, and each step's data is what the previous one delivered).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class Tuned:
     rails: tuple[int, ...]  # each rank's GPU's index inside its node (its NIC's rail)
     base_latency_s: float  # once, on the first step
     hop_latency_s: float  # per step, the network's path latency included
+    fill_s: float = 0.0  # once: a pipeline's fill beyond its steady rate (single-node NVLS)
 
 
 ALGOS = {"nccl_ring": "ring", "nccl_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pxn": "pxn"}
@@ -148,7 +151,25 @@ def tune(
     base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
     used, total = tuning.channels_used(algo, protocol, shape, nbytes)
-    return _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, total / used)
+    tuned = _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, total / used)
+    if algo == "nvls":
+        tuned = replace(tuned, fill_s=nvls_fill_s(shape, nbytes, SYSTEMS[config.system].nvlink_Bps, tuned.intra_factor))
+    return tuned
+
+
+def nvls_fill_s(shape: tuning.Shape, nbytes: float, nvlink_Bps: float, intra_factor: float) -> float:
+    """Single-node NVLS runs each channel as a three-stage pipeline over loops of heads x chunk bytes
+    (src/device/all_reduce.h, RunWorkColl NVLS oneNode: scatter warps copy a loop into the heads'
+    buffers, reduce warps multimem-reduce and -store it, gather warps copy it out), so the call ends
+    two loop-times after a steady pipeline would: its first loop crosses the two stages ahead of the
+    last before that one starts. A loop-time is the loop's bytes at the channel's share of the NVLS
+    rate (each GPU link carries M (1 + 1/G) at line rate / intra_factor); a call smaller than one
+    loop per channel is one partial loop, three times its steady time."""
+    heads = shape.ranks // shape.nodes
+    channels = tuning.NVLS_CHANNELS[shape.arch]
+    first_loop = min(heads * tuning.nvls_chunk_bytes(nbytes, channels, heads), nbytes / channels)
+    channel_Bps = nvlink_Bps / intra_factor / (1 + 1 / heads) / channels
+    return 2 * first_loop / channel_Bps
 
 
 def p2p(config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None) -> Tuned:

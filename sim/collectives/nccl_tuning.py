@@ -49,6 +49,10 @@ MAX_CHANNELS = 32  # src/include/device.h MAXCHANNELS (the search's maxChannels 
 # and bytes per thread below which enqueue.cc gives a call fewer channels
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+# src/transport/nvls.cc: NVLS's channels (NVLS_NCHANNELS_SM90; SM100_NVL on one node) and its largest
+# chunk (NCCL_NVLS_CHUNKSIZE's default)
+NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
+NVLS_CHUNK_BYTES = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,16 @@ def channels_used(algo: str, proto: str, shape: Shape, nbytes: float) -> tuple[i
     while used >= 2 and nbytes < used * MAX_THREADS[proto] * threshold:
         used -= 1
     return used, total
+
+
+def nvls_chunk_bytes(nbytes: float, channels: int, heads: int) -> int:
+    """The chunk of a single-node NVLS call (enqueue.cc calcCollChunking): 128 KiB, cut to 64, 32 and
+    16 KiB when the call has fewer than 64, 8 and 2 chunks for each of its channels x heads operations."""
+    chunk, operations = NVLS_CHUNK_BYTES, channels * heads
+    for chunks, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+        if nbytes < chunks * operations * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
 
 
 def steps_of(op: str, ranks: int) -> int:

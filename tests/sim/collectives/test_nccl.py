@@ -1,5 +1,5 @@
 """The NCCL layer: its tuning arithmetic against NVIDIA/nccl's source, the ring per rail on the
-per-link ledger, NVLS's port-load closed form, and the CLI's switches."""
+per-link ledger, NVLS's port-load closed form with its pipeline fill, and the CLI's switches."""
 
 from __future__ import annotations
 
@@ -77,14 +77,35 @@ def test_ring_per_rail_loads_every_nic_equally_where_the_flat_ring_loads_one():
     assert np.count_nonzero(flat) == 4  # one NIC per node: the GPU whose ring neighbour is on the next node
 
 
-def test_nvls_all_reduce_is_the_port_load_closed_form():
-    # each GPU link carries M (1 + 1/G) per direction at NCCL's NVLink rate x nvlsEfficiency:
-    # busbw = 2 (G-1)/G x M / t -> 2 B (G-1) / (G+1), B = 12 channels x 30 GB/s x 0.85
+def test_nvls_chunk_is_calccollchunkings():
+    # enqueue.cc calcCollChunking, NVLS, 16 channels x 8 heads = 128 operations: 128 KiB, cut to 64 KiB
+    # below 64 x 128 x 128 KiB = 1 GiB, to 32 KiB below 8 x 128 x 64 KiB = 64 MiB, to 16 KiB below 2 x 128 x 32 KiB
+    assert [nccl_tuning.nvls_chunk_bytes(s, 16, 8) for s in (GiB, GiB - 1, 64 * 2**20 - 1, 8 * 2**20 - 1)] == [
+        131072,
+        65536,
+        32768,
+        16384,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "fill_bytes"),
+    [
+        # 8 GiB: 128 KiB chunks; the fill is two loops of 8 heads x 128 KiB on one of 16 channels
+        (8 * GiB, 2 * 8 * 2**17 * 16),
+        # 1 MiB: one partial loop (1 MiB / 16 per channel) crosses three stages, three times its steady time
+        (2**20, 2 * 2**20),
+    ],
+)
+def test_nvls_all_reduce_is_the_port_load_closed_form_plus_its_pipeline_fill(nbytes, fill_bytes):
+    # each GPU link carries M (1 + 1/G) per direction at NCCL's NVLink rate x nvlsEfficiency, B = 12 channels x
+    # 30 GB/s x 0.85, after tuning.cc's 25 us of NVLS latency and the pipeline's fill: two loop-times of the
+    # channel's share of that rate (all_reduce.h: scatter, reduce and gather warps in turn)
     graph = parse_spec("dgx:1")
     graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
-    seconds, _ = time_collective(graph, "all_reduce", "nvls", None, 8 * GiB)
-    busbw = 8 * GiB / seconds * 2 * 7 / 8
-    assert busbw == pytest.approx(2 * 360e9 * 0.85 * 7 / 9, rel=1e-3)
+    seconds, _ = time_collective(graph, "all_reduce", "nvls", None, nbytes)
+    link_Bps = 12 * 30e9 * 0.85
+    assert seconds == pytest.approx(25e-6 + (nbytes + fill_bytes) * (1 + 1 / 8) / link_Bps, rel=1e-9)
     assert resolve_protocol(graph, "all_reduce", "auto", range(8), 8 * GiB) == ("nvls", "Simple")
 
 
