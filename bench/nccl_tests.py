@@ -12,7 +12,7 @@ reruns the fast rows and checks them against it.
 
 The full sweeps (`SWEEPS`) set every size of the two Azure tables, 1 KiB to 8 GiB, against the
 simulation and against NCCL's own cost model (latency + size / bandwidth of the algorithm and
-protocol it picks, sim.collectives.nccl_tuning.model, which the layer ports): where both miss by
+protocol it picks, sim.collectives.nccl_tuning.algo_time_us, which the layer ports): where both miss by
 the same amount the gap is outside what NCCL's source says about itself.
 """
 
@@ -109,7 +109,7 @@ RAMP = (
     "busbw still rises from 256 MiB to 8 GiB: ~170-180 us per call more than the model (ring on the Azure "
     "A100; NVLS-tree on four H100 nodes), beyond NCCL's own latency terms and not in its cost model either"
 )
-TREE_SMALL = "latency-bound (tree, LL): NCCL's own cost model is 30% fast here too (36 us against 47 us)"
+TREE_SMALL = "latency-bound (tree, LL): NCCL's own cost model is 28% fast here too (36 us against 47 us)"
 ROWS = [
     Row(AZURE_A100, "DGX A100", "all_reduce", 8 * G, 231.58, 0.05),
     Row(AZURE_A100, "DGX A100", "all_reduce", 1 * G, 228.10, 0.05),
@@ -234,12 +234,11 @@ def sweep_rows(source: str, system: str, algo: str) -> list[Row]:
 
 
 def nccl_model(row: Row, algo: str, protocol: str) -> float:
-    """busbw GB/s NCCL's own cost model predicts for the row's call run as (algo, protocol)."""
+    """busbw GB/s NCCL's own cost model (ncclTopoGetAlgoTime) predicts for the row's call as (algo, protocol)."""
     graph = _graph(row)
-    fabric = describe(graph)
     n = len(gpu_nodes(graph))
-    latency_us, bw_GBps = nccl_tuning.model(row.op, ALGOS[algo], protocol, nccl_shape(fabric, list(range(n))))
-    seconds = (latency_us + row.size / (bw_GBps * 1e3)) * 1e-6
+    shape = nccl_shape(describe(graph), list(range(n)))
+    seconds = nccl_tuning.algo_time_us(row.op, ALGOS[algo], protocol, shape, row.size) * 1e-6
     return row.size / seconds / 1e9 * BUSBW_FACTOR[row.op](n)
 
 

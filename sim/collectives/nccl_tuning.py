@@ -10,7 +10,9 @@ Constants come from NVIDIA/nccl (read at commit 5067397, June 2026):
   and `ncclTopoDupChannels` (channels doubled while each keeps >= 25 GB/s).
 
 NCCL picks, per call, the (algorithm, protocol) of least predicted time = latency + size / bw
-(src/enqueue.cc, topoGetAlgoInfo); `choose` does the same over the enabled ones. Latencies are in
+(src/enqueue.cc, topoGetAlgoInfo), with ncclTopoGetAlgoTime's two refinements (`algo_time_us`): the
+tree's bandwidth x a size correction, the multi-node Simple ring's latency x 1.4; `choose` does the
+same over the enabled ones. Latencies are in
 microseconds and bandwidths in GB/s inside this module, as in NCCL; callers get seconds and B/s.
 """
 
@@ -49,6 +51,14 @@ MAX_CHANNELS = 32  # src/include/device.h MAXCHANNELS (the search's maxChannels 
 # and bytes per thread below which enqueue.cc gives a call fewer channels
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+# tuning.cc treeCorrectionFactor: a tree all-reduce's bandwidth x this for nbytes >> 6 in [2^i, 2^(i+1))
+# ("Trees are not perfectly sticking to the model for medium sizes"), per protocol
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+}  # fmt: skip
+RING_PLATEAU = 1.4  # tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring" on sm80 and later
 # src/transport/nvls.cc: NVLS's channels (NVLS_NCHANNELS_SM90; SM100_NVL on one node) and its largest
 # chunk (NCCL_NVLS_CHUNKSIZE's default)
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -185,16 +195,41 @@ def _latency(op: str, algo: str, p: int, shape: Shape, nsteps: int, ppn: float) 
     return latency + intra_hw + 2 * log2_nodes * inter_hw  # nvls_tree
 
 
+def tree_correction(algo: str, proto: str, op: str, nbytes: float) -> float:
+    """The factor ncclTopoGetAlgoTime puts on a tree all-reduce's bandwidth at this size (1 elsewhere)."""
+    log_size = int(nbytes) >> 6
+    index = log_size.bit_length() - 1  # log2i(nbytes >> 6); -1 below 64 bytes
+    if algo != "tree" or op != "all_reduce" or not 0 <= index < 23:
+        return 1.0
+    return TREE_CORRECTION[proto][index]
+
+
+def ring_plateau(algo: str, proto: str, op: str, shape: Shape, nbytes: float) -> float:
+    """The factor ncclTopoGetAlgoTime puts on a multi-node Simple ring all-reduce's latency (1 elsewhere)."""
+    channels = ring_graph(shape).channels
+    plateau = (algo, proto, op) == ("ring", "Simple", "all_reduce") and shape.nodes > 1
+    return RING_PLATEAU if plateau and nbytes / (channels * shape.ranks) >= 64 else 1.0
+
+
+def algo_time_us(op: str, algo: str, proto: str, shape: Shape, nbytes: float) -> float:
+    """ncclTopoGetAlgoTime for one call: latency + nbytes / bandwidth with both refinements (inf where
+    NCCL would not run it)."""
+    latency_us, bw_GBps = model(op, algo, proto, shape)
+    if bw_GBps <= 0:
+        return math.inf
+    bw_GBps *= tree_correction(algo, proto, op, nbytes)
+    return latency_us * ring_plateau(algo, proto, op, shape, nbytes) + nbytes / (bw_GBps * 1e3)
+
+
 def choose(op: str, nbytes: float, shape: Shape, algos: tuple[str, ...], protos: tuple[str, ...]) -> tuple[str, str]:
-    """NCCL's pick: the enabled (algorithm, protocol) with the least latency + nbytes / bandwidth.
+    """NCCL's pick: the enabled (algorithm, protocol) of least `algo_time_us`.
     LL128 is enabled by default only on NVLink/NVSwitch paths (tuning.cc), which ours are."""
     best: tuple[float, str, str] | None = None
     for algo in algos:
         for proto in protos:
-            latency_us, bw_GBps = model(op, algo, proto, shape)
-            if bw_GBps <= 0:
+            time_us = algo_time_us(op, algo, proto, shape, nbytes)
+            if time_us == math.inf:
                 continue
-            time_us = latency_us + nbytes / (bw_GBps * 1e3)
             if best is None or time_us < best[0]:
                 best = (time_us, algo, proto)
     if best is None:

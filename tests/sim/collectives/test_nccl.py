@@ -40,6 +40,28 @@ def test_protocol_choice_follows_size():
     assert latency == pytest.approx(6.6 + 14 * 0.6) and bw == pytest.approx(87.7 * 8 / 14)
 
 
+def test_time_model_refinements_are_ncclTopoGetAlgoTimes():
+    # treeCorrectionFactor at index log2(nbytes >> 6) below 23: 8 KiB -> 7 (LL .7), 1 MiB -> 14 (LL128 .6),
+    # 64 MiB -> 20 (Simple .8); 512 MiB -> 23, none; a ring has none
+    correction = nccl_tuning.tree_correction
+    assert correction("tree", "LL", "all_reduce", 8 * 2**10) == 0.7
+    assert correction("tree", "LL128", "all_reduce", 2**20) == 0.6
+    assert correction("tree", "Simple", "all_reduce", 64 * 2**20) == 0.8
+    assert correction("tree", "Simple", "all_reduce", 512 * 2**20) == 1.0
+    assert correction("ring", "LL", "all_reduce", 8 * 2**10) == 1.0
+    # ring plateau: latency x 1.4 for a multi-node Simple ring all-reduce with >= 64 bytes per channel and
+    # rank (four A100 nodes: 8 channels x 32 ranks x 64 = 16 KiB)
+    plateau, s4 = nccl_tuning.ring_plateau, shape(4, "ampere", 12, 25)
+    assert plateau("ring", "Simple", "all_reduce", s4, 16384) == 1.4
+    assert plateau("ring", "Simple", "all_reduce", s4, 16383) == 1.0
+    assert plateau("ring", "LL", "all_reduce", s4, GiB) == 1.0
+    assert plateau("ring", "Simple", "all_reduce", shape(1, "ampere", 12, 0), GiB) == 1.0
+    latency, bw = nccl_tuning.model("all_reduce", "tree", "LL", s4)
+    assert nccl_tuning.algo_time_us("all_reduce", "tree", "LL", s4, 8192) == pytest.approx(
+        latency + 8192 / (bw * 0.7e3)
+    )
+
+
 def test_small_calls_run_on_fewer_channels():
     # enqueue.cc: drop channels while nbytes < channels x 512 threads x 8 bytes x 8 ranks (ring LL)
     s = shape(1, "ampere", 12, 0)
