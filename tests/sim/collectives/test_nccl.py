@@ -62,6 +62,16 @@ def test_time_model_refinements_are_ncclTopoGetAlgoTimes():
     )
 
 
+def test_one_h100_node_picks_what_nccl_picked_in_nccl_tests_309():
+    # nccl-tests#309 (NCCL 2.26.2, 8 H100 + NVSwitch, NCCL_DEBUG_SUBSYS=TUNING): "8B~1MB: RING, LL;
+    # 2MB~16GB: NVLS, SIMPLE", which NVIDIA's reply confirms
+    graph = parse_spec("dgx:1")
+    graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
+    sizes = [2**k for k in range(3, 35)]
+    picks = [resolve_protocol(graph, "all_reduce", "auto", range(8), float(size)) for size in sizes]
+    assert picks == [("nccl_ring", "LL") if size <= 2**20 else ("nvls", "Simple") for size in sizes]
+
+
 def test_small_calls_run_on_fewer_channels():
     # enqueue.cc: drop channels while nbytes < channels x 512 threads x 8 bytes x 8 ranks (ring LL)
     s = shape(1, "ampere", 12, 0)
