@@ -12,8 +12,8 @@ Constants come from NVIDIA/nccl (read at commit 5067397, June 2026):
 NCCL picks, per call, the (algorithm, protocol) of least predicted time = latency + size / bw
 (src/enqueue.cc, topoGetAlgoInfo), with ncclTopoGetAlgoTime's two refinements (`algo_time_us`): the
 tree's bandwidth x a size correction, the multi-node Simple ring's latency x 1.4; `choose` does the
-same over the enabled ones. Latencies are in
-microseconds and bandwidths in GB/s inside this module, as in NCCL; callers get seconds and B/s.
+same over the enabled ones. Latencies are in microseconds and bandwidths in GB/s inside this module,
+as in NCCL; callers get seconds and B/s.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }  # fmt: skip
-RING_PLATEAU = 1.4  # tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring" on sm80 and later
+RING_PLATEAU = {"volta": 1.9}  # tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring", 1.4 from sm80 on
 # src/transport/nvls.cc: NVLS's channels (NVLS_NCHANNELS_SM90; SM100_NVL on one node) and its largest
 # chunk (NCCL_NVLS_CHUNKSIZE's default)
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -208,7 +208,7 @@ def ring_plateau(algo: str, proto: str, op: str, shape: Shape, nbytes: float) ->
     """The factor ncclTopoGetAlgoTime puts on a multi-node Simple ring all-reduce's latency (1 elsewhere)."""
     channels = ring_graph(shape).channels
     plateau = (algo, proto, op) == ("ring", "Simple", "all_reduce") and shape.nodes > 1
-    return RING_PLATEAU if plateau and nbytes / (channels * shape.ranks) >= 64 else 1.0
+    return RING_PLATEAU.get(shape.arch, 1.4) if plateau and nbytes / (channels * shape.ranks) >= 64 else 1.0
 
 
 def algo_time_us(op: str, algo: str, proto: str, shape: Shape, nbytes: float) -> float:
