@@ -58,7 +58,8 @@ TREE_CORRECTION = {
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }  # fmt: skip
-RING_PLATEAU = {"volta": 1.9}  # tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring", 1.4 from sm80 on
+# tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring", 1.9 before sm80 and 1.4 from it on, per ARCHS
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # src/transport/nvls.cc: NVLS's channels (NVLS_NCHANNELS_SM90; SM100_NVL on one node) and its largest
 # chunk (NCCL_NVLS_CHUNKSIZE's default)
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
@@ -208,7 +209,7 @@ def ring_plateau(algo: str, proto: str, op: str, shape: Shape, nbytes: float) ->
     """The factor ncclTopoGetAlgoTime puts on a multi-node Simple ring all-reduce's latency (1 elsewhere)."""
     channels = ring_graph(shape).channels
     plateau = (algo, proto, op) == ("ring", "Simple", "all_reduce") and shape.nodes > 1
-    return RING_PLATEAU.get(shape.arch, 1.4) if plateau and nbytes / (channels * shape.ranks) >= 64 else 1.0
+    return RING_PLATEAU[shape.arch] if plateau and nbytes / (channels * shape.ranks) >= 64 else 1.0
 
 
 def algo_time_us(op: str, algo: str, proto: str, shape: Shape, nbytes: float) -> float:
