@@ -17,9 +17,13 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
   GB/s per NVLink against 25 on the wire): an SM-driven copy reaches NCCL's figure;
 - bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
 - both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92),
-  and by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc);
-- every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies; the
-  path latency the network charges counts toward it), and the first step NCCL's base latency more.
+  by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc), and for
+  a tree all-reduce by 1 / tuning.cc's size correction (nccl_tuning.tree_correction);
+- every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies, x 1.4
+  for a multi-node Simple ring all-reduce, nccl_tuning.ring_plateau; the path latency the network
+  charges counts toward it), and the first step NCCL's base latency more;
+- single-node NVLS pays its pipeline's fill once (`nvls_fill_s`); a ring has none (every rank sends
+  from the first step on, and each step's data is what the previous one delivered).
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ class Tuned:
     rails: tuple[int, ...]  # each rank's GPU's index inside its node (its NIC's rail)
     base_latency_s: float  # once, on the first step
     hop_latency_s: float  # per step, the network's path latency included
+    fill_s: float = 0.0  # once: a pipeline's fill beyond its steady rate (single-node NVLS)
 
 
 ALGOS = {"nccl_ring": "ring", "nccl_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pxn": "pxn"}
@@ -135,7 +140,7 @@ def tune(
     if algo == "pxn":
         protocol = _p2p_protocol(config, nbytes / max(shape.ranks, 1))
         hop_us = tuning.HW_LATENCY_us["net" if shape.nodes > 1 else "nvlink"]["ring"][tuning.PROTOCOLS.index(protocol)]
-        return _tuned(call, "all_gather", "ring", algo, protocol, hop_us, steps=1, few_channels=1.0)
+        return _tuned(call, "all_gather", "ring", algo, protocol, hop_us, steps=1, slowdown=1.0)
     protos = ("Simple",) if algo.startswith("nvls") else _protocols(config, op)
     try:
         _, protocol = tuning.choose(op, nbytes, shape, (algo,), protos)
@@ -145,10 +150,30 @@ def tune(
             f"{shape.nodes} node(s) of {config.system}"
         ) from None
     latency_us, _ = tuning.model(op, algo, protocol, shape)
+    latency_us *= tuning.ring_plateau(algo, protocol, op, shape, nbytes)
     base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
     used, total = tuning.channels_used(algo, protocol, shape, nbytes)
-    return _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, total / used)
+    slower = total / used / tuning.tree_correction(algo, protocol, op, nbytes)
+    tuned = _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, slower)
+    if algo == "nvls":
+        tuned = replace(tuned, fill_s=nvls_fill_s(shape, nbytes, SYSTEMS[config.system].nvlink_Bps, tuned.intra_factor))
+    return tuned
+
+
+def nvls_fill_s(shape: tuning.Shape, nbytes: float, nvlink_Bps: float, intra_factor: float) -> float:
+    """Single-node NVLS runs each channel as a three-stage pipeline over loops of heads x chunk bytes
+    (src/device/all_reduce.h, RunWorkColl NVLS oneNode: scatter warps copy a loop into the heads'
+    buffers, reduce warps multimem-reduce and -store it, gather warps copy it out), so the call ends
+    two loop-times after a steady pipeline would: its first loop crosses the two stages ahead of the
+    last before that one starts. A loop-time is the loop's bytes at the channel's share of the NVLS
+    rate (each GPU link carries M (1 + 1/G) at line rate / intra_factor); a call smaller than one
+    loop per channel is one partial loop, three times its steady time."""
+    heads = shape.ranks // shape.nodes
+    channels = tuning.NVLS_CHANNELS[shape.arch]
+    first_loop = min(heads * tuning.nvls_chunk_bytes(nbytes, channels, heads), nbytes / channels)
+    channel_Bps = nvlink_Bps / intra_factor / (1 + 1 / heads) / channels
+    return 2 * first_loop / channel_Bps
 
 
 def p2p(config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float | None) -> Tuned:
@@ -156,7 +181,7 @@ def p2p(config: NcclConfig, shape: tuning.Shape, nbytes: float, nic_Bps: float |
     protocol and wire factors, the NVLink and NIC rates of its search (no latency term: tuning.cc
     has none for p2p; the path's latency stands)."""
     protocol = _p2p_protocol(config, nbytes)
-    return _tuned((config, shape, nic_Bps, ()), "all_gather", "ring", "pxn", protocol, 0.0, 1, few_channels=1.0)
+    return _tuned((config, shape, nic_Bps, ()), "all_gather", "ring", "pxn", protocol, 0.0, 1, slowdown=1.0)
 
 
 def _p2p_protocol(config: NcclConfig, peer_bytes: float) -> str:
@@ -175,10 +200,10 @@ P2P_LL_THRESHOLD_BYTES = 16384
 P2P_WIRE_FACTOR = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}
 
 
-def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps, few_channels) -> Tuned:
+def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps, slowdown) -> Tuned:
     """The rates of `protocol` on this system against NCCL's Simple (tuning.cc's factors), the
-    NVLink and NIC rates of NCCL's ring search slowed by `few_channels` (the graph's channels over
-    the call's, enqueue.cc), and `latency_us` spread over `steps` steps."""
+    NVLink and NIC rates of NCCL's ring search slowed by `slowdown` (the graph's channels over the
+    call's, enqueue.cc; a tree's size correction, tuning.cc), and `latency_us` spread over `steps`."""
     config, shape, nic_Bps, rails = call
     system = SYSTEMS[config.system]
     _, bw = tuning.model(model_op, model_algo, protocol, shape)
@@ -196,8 +221,8 @@ def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps,
     base_us = tuning.BASE_LATENCY_us[model_algo][tuning.PROTOCOLS.index(protocol)]
     return Tuned(
         protocol=protocol,
-        intra_factor=intra * protocol_factor * few_channels,
-        inter_factor=inter * protocol_factor * few_channels,
+        intra_factor=intra * protocol_factor * slowdown,
+        inter_factor=inter * protocol_factor * slowdown,
         pxn=config.pxn,
         rails=rails,
         base_latency_s=base_us * 1e-6,

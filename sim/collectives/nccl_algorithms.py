@@ -193,9 +193,11 @@ def _nvls_traffic(plan: Plan) -> tuple[list[int], list[int], list[float]]:
 
 
 def nvls_all_reduce(plan: Plan) -> Iterator[Step]:
+    """One step at the port load, after NCCL's latency and the pipeline's fill (nccl.nvls_fill_s)."""
     tuned = _tuned(plan)
     src, dst, nbytes = _nvls_traffic(plan)
-    yield retraffic(plan, src, dst, nbytes, _all_reduce_data(plan), tuned.base_latency_s + tuned.hop_latency_s)
+    latency_s = tuned.base_latency_s + tuned.hop_latency_s + tuned.fill_s
+    yield retraffic(plan, src, dst, nbytes, _all_reduce_data(plan), latency_s)
 
 
 def nvls_tree_all_reduce(plan: Plan) -> Iterator[Step]:

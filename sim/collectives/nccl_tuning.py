@@ -10,8 +10,10 @@ Constants come from NVIDIA/nccl (read at commit 5067397, June 2026):
   and `ncclTopoDupChannels` (channels doubled while each keeps >= 25 GB/s).
 
 NCCL picks, per call, the (algorithm, protocol) of least predicted time = latency + size / bw
-(src/enqueue.cc, topoGetAlgoInfo); `choose` does the same over the enabled ones. Latencies are in
-microseconds and bandwidths in GB/s inside this module, as in NCCL; callers get seconds and B/s.
+(src/enqueue.cc, topoGetAlgoInfo), with ncclTopoGetAlgoTime's two refinements (`algo_time_us`): the
+tree's bandwidth x a size correction, the multi-node Simple ring's latency x 1.4; `choose` does the
+same over the enabled ones. Latencies are in microseconds and bandwidths in GB/s inside this module,
+as in NCCL; callers get seconds and B/s.
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ MAX_CHANNELS = 32  # src/include/device.h MAXCHANNELS (the search's maxChannels 
 # and bytes per thread below which enqueue.cc gives a call fewer channels
 MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+# tuning.cc treeCorrectionFactor: a tree all-reduce's bandwidth x this for nbytes >> 6 in [2^i, 2^(i+1))
+# ("Trees are not perfectly sticking to the model for medium sizes"), per protocol
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+}  # fmt: skip
+# tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring", 1.9 before sm80 and 1.4 from it on, per ARCHS
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
+# src/transport/nvls.cc: NVLS's channels (NVLS_NCHANNELS_SM90; SM100_NVL on one node) and its largest
+# chunk (NCCL_NVLS_CHUNKSIZE's default)
+NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
+NVLS_CHUNK_BYTES = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,16 @@ def channels_used(algo: str, proto: str, shape: Shape, nbytes: float) -> tuple[i
     while used >= 2 and nbytes < used * MAX_THREADS[proto] * threshold:
         used -= 1
     return used, total
+
+
+def nvls_chunk_bytes(nbytes: float, channels: int, heads: int) -> int:
+    """The chunk of a single-node NVLS call (enqueue.cc calcCollChunking): 128 KiB, cut to 64, 32 and
+    16 KiB when the call has fewer than 64, 8 and 2 chunks for each of its channels x heads operations."""
+    chunk, operations = NVLS_CHUNK_BYTES, channels * heads
+    for chunks, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+        if nbytes < chunks * operations * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
 
 
 def steps_of(op: str, ranks: int) -> int:
@@ -171,16 +196,41 @@ def _latency(op: str, algo: str, p: int, shape: Shape, nsteps: int, ppn: float) 
     return latency + intra_hw + 2 * log2_nodes * inter_hw  # nvls_tree
 
 
+def tree_correction(algo: str, proto: str, op: str, nbytes: float) -> float:
+    """The factor ncclTopoGetAlgoTime puts on a tree all-reduce's bandwidth at this size (1 elsewhere)."""
+    log_size = int(nbytes) >> 6
+    index = log_size.bit_length() - 1  # log2i(nbytes >> 6); -1 below 64 bytes
+    if algo != "tree" or op != "all_reduce" or not 0 <= index < 23:
+        return 1.0
+    return TREE_CORRECTION[proto][index]
+
+
+def ring_plateau(algo: str, proto: str, op: str, shape: Shape, nbytes: float) -> float:
+    """The factor ncclTopoGetAlgoTime puts on a multi-node Simple ring all-reduce's latency (1 elsewhere)."""
+    channels = ring_graph(shape).channels
+    plateau = (algo, proto, op) == ("ring", "Simple", "all_reduce") and shape.nodes > 1
+    return RING_PLATEAU[shape.arch] if plateau and nbytes / (channels * shape.ranks) >= 64 else 1.0
+
+
+def algo_time_us(op: str, algo: str, proto: str, shape: Shape, nbytes: float) -> float:
+    """ncclTopoGetAlgoTime for one call: latency + nbytes / bandwidth with both refinements (inf where
+    NCCL would not run it)."""
+    latency_us, bw_GBps = model(op, algo, proto, shape)
+    if bw_GBps <= 0:
+        return math.inf
+    bw_GBps *= tree_correction(algo, proto, op, nbytes)
+    return latency_us * ring_plateau(algo, proto, op, shape, nbytes) + nbytes / (bw_GBps * 1e3)
+
+
 def choose(op: str, nbytes: float, shape: Shape, algos: tuple[str, ...], protos: tuple[str, ...]) -> tuple[str, str]:
-    """NCCL's pick: the enabled (algorithm, protocol) with the least latency + nbytes / bandwidth.
+    """NCCL's pick: the enabled (algorithm, protocol) of least `algo_time_us`.
     LL128 is enabled by default only on NVLink/NVSwitch paths (tuning.cc), which ours are."""
     best: tuple[float, str, str] | None = None
     for algo in algos:
         for proto in protos:
-            latency_us, bw_GBps = model(op, algo, proto, shape)
-            if bw_GBps <= 0:
+            time_us = algo_time_us(op, algo, proto, shape, nbytes)
+            if time_us == math.inf:
                 continue
-            time_us = latency_us + nbytes / (bw_GBps * 1e3)
             if best is None or time_us < best[0]:
                 best = (time_us, algo, proto)
     if best is None:

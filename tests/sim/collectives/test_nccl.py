@@ -1,5 +1,5 @@
 """The NCCL layer: its tuning arithmetic against NVIDIA/nccl's source, the ring per rail on the
-per-link ledger, NVLS's port-load closed form, and the CLI's switches."""
+per-link ledger, NVLS's port-load closed form with its pipeline fill, and the CLI's switches."""
 
 from __future__ import annotations
 
@@ -40,6 +40,38 @@ def test_protocol_choice_follows_size():
     assert latency == pytest.approx(6.6 + 14 * 0.6) and bw == pytest.approx(87.7 * 8 / 14)
 
 
+def test_time_model_refinements_are_ncclTopoGetAlgoTimes():
+    # treeCorrectionFactor at index log2(nbytes >> 6) below 23: 8 KiB -> 7 (LL .7), 1 MiB -> 14 (LL128 .6),
+    # 64 MiB -> 20 (Simple .8); 512 MiB -> 23, none; a ring has none
+    correction = nccl_tuning.tree_correction
+    assert correction("tree", "LL", "all_reduce", 8 * 2**10) == 0.7
+    assert correction("tree", "LL128", "all_reduce", 2**20) == 0.6
+    assert correction("tree", "Simple", "all_reduce", 64 * 2**20) == 0.8
+    assert correction("tree", "Simple", "all_reduce", 512 * 2**20) == 1.0
+    assert correction("ring", "LL", "all_reduce", 8 * 2**10) == 1.0
+    # ring plateau: latency x 1.4 for a multi-node Simple ring all-reduce with >= 64 bytes per channel and
+    # rank (four A100 nodes: 8 channels x 32 ranks x 64 = 16 KiB)
+    plateau, s4 = nccl_tuning.ring_plateau, shape(4, "ampere", 12, 25)
+    assert plateau("ring", "Simple", "all_reduce", s4, 16384) == 1.4
+    assert plateau("ring", "Simple", "all_reduce", s4, 16383) == 1.0
+    assert plateau("ring", "LL", "all_reduce", s4, GiB) == 1.0
+    assert plateau("ring", "Simple", "all_reduce", shape(1, "ampere", 12, 0), GiB) == 1.0
+    latency, bw = nccl_tuning.model("all_reduce", "tree", "LL", s4)
+    assert nccl_tuning.algo_time_us("all_reduce", "tree", "LL", s4, 8192) == pytest.approx(
+        latency + 8192 / (bw * 0.7e3)
+    )
+
+
+def test_one_h100_node_picks_what_nccl_picked_in_nccl_tests_309():
+    # nccl-tests#309 (NCCL 2.26.2, 8 H100 + NVSwitch, NCCL_DEBUG_SUBSYS=TUNING): "8B~1MB: RING, LL;
+    # 2MB~16GB: NVLS, SIMPLE", which NVIDIA's reply confirms
+    graph = parse_spec("dgx:1")
+    graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
+    sizes = [2**k for k in range(3, 35)]
+    picks = [resolve_protocol(graph, "all_reduce", "auto", range(8), float(size)) for size in sizes]
+    assert picks == [("nccl_ring", "LL") if size <= 2**20 else ("nvls", "Simple") for size in sizes]
+
+
 def test_small_calls_run_on_fewer_channels():
     # enqueue.cc: drop channels while nbytes < channels x 512 threads x 8 bytes x 8 ranks (ring LL)
     s = shape(1, "ampere", 12, 0)
@@ -77,14 +109,35 @@ def test_ring_per_rail_loads_every_nic_equally_where_the_flat_ring_loads_one():
     assert np.count_nonzero(flat) == 4  # one NIC per node: the GPU whose ring neighbour is on the next node
 
 
-def test_nvls_all_reduce_is_the_port_load_closed_form():
-    # each GPU link carries M (1 + 1/G) per direction at NCCL's NVLink rate x nvlsEfficiency:
-    # busbw = 2 (G-1)/G x M / t -> 2 B (G-1) / (G+1), B = 12 channels x 30 GB/s x 0.85
+def test_nvls_chunk_is_calccollchunkings():
+    # enqueue.cc calcCollChunking, NVLS, 16 channels x 8 heads = 128 operations: 128 KiB, cut to 64 KiB
+    # below 64 x 128 x 128 KiB = 1 GiB, to 32 KiB below 8 x 128 x 64 KiB = 64 MiB, to 16 KiB below 2 x 128 x 32 KiB
+    assert [nccl_tuning.nvls_chunk_bytes(s, 16, 8) for s in (GiB, GiB - 1, 64 * 2**20 - 1, 8 * 2**20 - 1)] == [
+        131072,
+        65536,
+        32768,
+        16384,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "fill_bytes"),
+    [
+        # 8 GiB: 128 KiB chunks; the fill is two loops of 8 heads x 128 KiB on one of 16 channels
+        (8 * GiB, 2 * 8 * 2**17 * 16),
+        # 1 MiB: one partial loop (1 MiB / 16 per channel) crosses three stages, three times its steady time
+        (2**20, 2 * 2**20),
+    ],
+)
+def test_nvls_all_reduce_is_the_port_load_closed_form_plus_its_pipeline_fill(nbytes, fill_bytes):
+    # each GPU link carries M (1 + 1/G) per direction at NCCL's NVLink rate x nvlsEfficiency, B = 12 channels x
+    # 30 GB/s x 0.85, after tuning.cc's 25 us of NVLS latency and the pipeline's fill: two loop-times of the
+    # channel's share of that rate (all_reduce.h: scatter, reduce and gather warps in turn)
     graph = parse_spec("dgx:1")
     graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
-    seconds, _ = time_collective(graph, "all_reduce", "nvls", None, 8 * GiB)
-    busbw = 8 * GiB / seconds * 2 * 7 / 8
-    assert busbw == pytest.approx(2 * 360e9 * 0.85 * 7 / 9, rel=1e-3)
+    seconds, _ = time_collective(graph, "all_reduce", "nvls", None, nbytes)
+    link_Bps = 12 * 30e9 * 0.85
+    assert seconds == pytest.approx(25e-6 + (nbytes + fill_bytes) * (1 + 1 / 8) / link_Bps, rel=1e-9)
     assert resolve_protocol(graph, "all_reduce", "auto", range(8), 8 * GiB) == ("nvls", "Simple")
 
 
