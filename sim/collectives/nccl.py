@@ -54,8 +54,10 @@ SYSTEMS = {
 }
 
 
-# A scenario's cluster.gpu -> the system whose NCCL constants apply (H200: H100's NVLink4 and NVSwitch)
-SYSTEM_OF_GPU = {"A100-SXM-80GB": "A100", "H100-SXM": "H100", "H200": "H100"}
+# A scenario's cluster.gpu -> the system whose NCCL constants apply (H200: H100's NVLink4 and NVSwitch;
+# the 40 GB A100 SXM: the 80 GB one's NVLink3 and NVSwitch, as in the DGX A100 320GB). H800 is left
+# out: its NVLink4 has 8 links, not 18, and NCCL's channel counts for it are not in this table.
+SYSTEM_OF_GPU = {"A100-SXM-80GB": "A100", "A100-SXM-40GB": "A100", "H100-SXM": "H100", "H200": "H100"}
 
 
 @dataclass(frozen=True)
