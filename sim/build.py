@@ -173,6 +173,8 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
             moe.shared_experts == 1,
             _selection_bias(moe.num_experts, n.hot_expert_bias),
             n.micro_batch * n.seq_len // p.tp,
+            moe.expert_groups,
+            moe.limited_groups,
         )
         if moe is not None
         else None,

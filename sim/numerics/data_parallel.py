@@ -30,11 +30,12 @@ from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Compute, Phase,
 from clustersim.schedules.tags import GradBucket, ParamBucket, ParamGather
 from clustersim.schedules.tensor_parallel import EP_STREAM, TP_STREAM
 from clustersim.sim.numerics.buckets import GRADIENT_SETS, Buckets, flat, set_names, unflat
-from clustersim.sim.numerics.moe import experts_of_rank, routing_summary
+from clustersim.sim.numerics.moe import experts_of_rank
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.pipeline import PipelineNumerics
 from clustersim.sim.numerics.plan import UNSHARDED, Sharding, TrainingStep, make_batch
 from clustersim.sim.numerics.reference import max_errors, reference_step
+from clustersim.sim.numerics.routing import routing_summary
 from clustersim.sim.numerics.sharding import is_sharded, unshard_params
 from clustersim.sim.numerics.stages import StageModel
 from clustersim.sim.numerics.tensor_parallel import TensorParallelStage

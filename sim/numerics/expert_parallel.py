@@ -11,7 +11,6 @@ from clustersim.sim.collectives.ops import Pieces
 from clustersim.sim.numerics.moe import (
     MLP_PARAMS,
     MoEConfig,
-    Routing,
     combine,
     combine_backward,
     experts_backward,
@@ -19,6 +18,7 @@ from clustersim.sim.numerics.moe import (
     experts_of_rank,
     route_group,
 )
+from clustersim.sim.numerics.routing import Routing
 
 
 def _expert_major(arrived: np.ndarray) -> np.ndarray:

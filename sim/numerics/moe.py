@@ -1,37 +1,24 @@
-"""A Mixture-of-Experts FFN in numpy with hand-written backward: routing, the experts and the
+"""A Mixture-of-Experts FFN in numpy with hand-written backward: the experts, their combine and the
 single-device reference (the expert-parallel shard is sim/numerics/expert_parallel.py).
 
-Routing is per group of T tokens x (T, h): one (rank, microbatch), flattened in (b, s) order.
+Routing (which experts each token goes to, admitted up to a capacity) is sim/numerics/routing.py;
+here, for a group of T tokens x (T, h) and its routing (experts c_t, gate weights w_t):
 
-    P    = softmax(x W_gate)                                   # (T, E), W_gate has no bias
-    c_t  = the top_k experts of token t by P, most probable first; ties -> lower expert index
-    w_ti = P[t, c_ti]    (Switch, top-1)   or, normalize=True:   P[t, c_ti] / sum_j P[t, c_tj]
     y_t  = sum over admitted i of w_ti MLP_{c_ti}(x_t)  +  MLP_shared(x_t)   (shared=True only)
 
-A selection bias b (DeepSeek-V3's auxiliary-loss-free balancing bias, arXiv:2412.19437 sec. 2.1.2)
-shifts which experts are chosen, top_k of P[t] + b, but not their weights, which stay P[t, c_ti]; a
-large b_e makes expert e the hot expert of a skewed router.
-
-Capacity: C = ceil(capacity_factor T top_k / E) rows per expert per group (capacity_factor None:
-no limit). Assignments are admitted in priority order: every token's first choice in token order,
-then every second choice, ...; one that reaches a full expert is dropped and adds nothing (the
-token keeps its residual outside this layer). The backward treats the top-k choice and the
-dropping as constants, as MoE implementations do; gradients reach x through the experts and
-through the gate weights, the softmax and W_gate.
-
-Uniform router (W_gate = 0): every probability is 1/E, so the index tie-break sends every token to
-experts 0..top_k-1, the worst possible balance; with a capacity, all past C on those experts drop.
+The backward treats the top-k choice and the dropping as constants, as MoE implementations do;
+gradients reach x through the experts and through the gate weights, the softmax and W_gate.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 from clustersim.sim.numerics.layers import INIT_STD, mlp_backward, mlp_forward
+from clustersim.sim.numerics.routing import Routing, check_routing, route
 
 MLP_PARAMS = ("fc.w", "fc.b", "proj.w", "proj.b")
 
@@ -49,9 +36,15 @@ class MoEConfig:
     shared: bool = False
     selection_bias: tuple[float, ...] | None = None
     group_tokens: int | None = None
+    expert_groups: int = 1
+    limited_groups: int | None = None
 
     def __post_init__(self) -> None:
         check_routing(self.num_experts, self.top_k, self.capacity_factor)
+        if self.num_experts % self.expert_groups or not 1 <= (self.limited_groups or 1) <= self.expert_groups:
+            raise ValueError(
+                f"{self.expert_groups} expert groups, {self.limited_groups} per token, for {self.num_experts} experts"
+            )
         if self.selection_bias is not None and len(self.selection_bias) != self.num_experts:
             raise ValueError(f"selection_bias has {len(self.selection_bias)} entries for {self.num_experts} experts")
         if self.group_tokens is not None and self.group_tokens < 1:
@@ -63,13 +56,6 @@ class MoEConfig:
         if self.capacity_factor is None:
             return tokens * self.top_k
         return self.num_experts * math.ceil(self.capacity_factor * tokens * self.top_k / self.num_experts)
-
-
-def check_routing(num_experts: int, top_k: int, capacity_factor: float | None) -> None:
-    if not 1 <= top_k <= num_experts:
-        raise ValueError(f"top_k ({top_k}) must be in 1..num_experts ({num_experts})")
-    if capacity_factor is not None and not capacity_factor > 0:
-        raise ValueError(f"capacity_factor ({capacity_factor}) must be > 0, or None for no dropping")
 
 
 def experts_of_rank(rank: int, num_experts: int, ep: int) -> range:
@@ -106,73 +92,20 @@ def init_moe_params(
     }
 
 
-class Routing(NamedTuple):
-    """One group's routing. An assignment is (token t, choice j), flat index t top_k + j."""
-
-    probs: np.ndarray  # (T, E) router softmax
-    experts: np.ndarray  # (T, k) chosen experts, most probable first
-    weights: np.ndarray  # (T, k) gate weights
-    admitted: np.ndarray  # (T, k) bool: within its expert's capacity
-    slots: np.ndarray  # (A,) admitted assignments in (expert, priority) order: the dispatch order
-    tokens_per_expert: np.ndarray  # (E,) admitted assignments per expert
-    capacity: int | None  # C, or None for no limit
-    dropped: int  # assignments over capacity
-
-    @property
-    def slot_tokens(self) -> np.ndarray:
-        return self.slots // self.experts.shape[1]  # (A,)
-
-    @property
-    def slot_weights(self) -> np.ndarray:
-        return self.weights.reshape(-1)[self.slots]  # (A,)
-
-
-def route(
-    x2d: np.ndarray,
-    w_gate: np.ndarray,
-    top_k: int,
-    capacity_factor: float | None,
-    normalize: bool,
-    selection_bias: tuple[float, ...] | None = None,
-) -> Routing:
-    """Top-k over softmax(x W_gate) (+ the selection bias), then admission in priority order up
-    to the capacity."""
-    tokens, num_experts = x2d.shape[0], w_gate.shape[1]
-    check_routing(num_experts, top_k, capacity_factor)
-    logits = x2d @ w_gate  # (T, E)
-    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)  # (T, E)
-    scores = probs if selection_bias is None else probs + np.asarray(selection_bias)  # (T, E)
-    experts = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]  # (T, k); stable: ties -> lower index
-    chosen = np.take_along_axis(probs, experts, axis=1)  # (T, k)
-    weights = chosen / chosen.sum(axis=1, keepdims=True) if normalize else chosen
-    by_priority = experts.T.reshape(-1)  # (k T,): priority q = j T + t
-    queue = np.argsort(by_priority, kind="stable")  # priorities in (expert, priority) order
-    wanted = np.bincount(by_priority, minlength=num_experts)  # (E,)
-    place = np.arange(queue.size) - np.repeat(np.cumsum(wanted) - wanted, wanted)  # place in its expert's queue
-    capacity = None if capacity_factor is None else math.ceil(capacity_factor * tokens * top_k / num_experts)
-    kept = queue if capacity is None else queue[place < capacity]  # (A,) priorities
-    slots = (kept % tokens) * top_k + kept // tokens  # priority q = j T + t -> assignment t k + j
-    admitted = np.zeros(tokens * top_k, dtype=bool)
-    admitted[slots] = True
-    tokens_per_expert = wanted if capacity is None else np.minimum(wanted, capacity)
-    return Routing(
-        probs,
-        experts,
-        weights,
-        admitted.reshape(tokens, top_k),
-        slots,
-        tokens_per_expert,
-        capacity,
-        tokens * top_k - slots.size,
-    )
-
-
 def route_group(p, name, x2d, cfg: MoEConfig) -> Routing:
     w_gate = p[f"{name}.gate.w"]
     if w_gate.shape[1] != cfg.num_experts:
         raise ValueError(f"{name}.gate.w has {w_gate.shape[1]} experts, the config {cfg.num_experts}")
-    return route(x2d, w_gate, cfg.top_k, cfg.capacity_factor, cfg.normalize, cfg.selection_bias)
+    return route(
+        x2d,
+        w_gate,
+        cfg.top_k,
+        cfg.capacity_factor,
+        cfg.normalize,
+        cfg.selection_bias,
+        cfg.expert_groups,
+        cfg.limited_groups,
+    )
 
 
 # ---- the pieces both the reference and the EP shard run -------------------------------------------
@@ -275,20 +208,3 @@ def moe_backward(dout, caches):
             grads[n] = grads[n] + value if n in grads else value
         lo = hi
     return np.concatenate(dxs).reshape(dout.shape), grads
-
-
-def routing_summary(routings: list[Routing], num_experts: int) -> dict:
-    """What a run's routing did over all its MoE layers and groups: admitted rows per expert, the
-    share of assignments dropped over capacity, and the hottest expert's share of the rows."""
-    admitted = (
-        np.sum([r.tokens_per_expert for r in routings], axis=0, dtype=np.int64)
-        if routings
-        else np.zeros(num_experts, np.int64)
-    )
-    assigned = sum(r.experts.size for r in routings)
-    return {
-        "tokens_per_expert": admitted.tolist(),
-        "dropped_token_rate": sum(r.dropped for r in routings) / assigned if assigned else 0.0,
-        "hottest_expert": int(np.argmax(admitted)),
-        "hottest_expert_share": float(admitted.max() / admitted.sum()) if admitted.sum() else 0.0,
-    }

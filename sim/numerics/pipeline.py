@@ -17,10 +17,10 @@ import numpy as np
 
 from clustersim.schedules.ir import Collective, Compute, MessageTag, Phase, Recv, Send
 from clustersim.schedules.tags import GradSync
-from clustersim.sim.numerics.moe import routing_summary
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.plan import UNSHARDED, Sharding, TrainingStep, make_batch
 from clustersim.sim.numerics.reference import max_errors, reference_step
+from clustersim.sim.numerics.routing import routing_summary
 from clustersim.sim.numerics.stages import StageModel
 from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
 from clustersim.sim.numerics.transformer import ShadowConfig, init_params

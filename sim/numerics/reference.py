@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from clustersim.sim.numerics.moe import Routing
 from clustersim.sim.numerics.optim import make_optimizer
+from clustersim.sim.numerics.routing import Routing
 from clustersim.sim.numerics.transformer import ShadowConfig, model_backward, model_forward, moe_routings
 
 

@@ -43,6 +43,16 @@ class MoESection(Section):
     shared_experts: int = Field(
         0, ge=0, le=MAX_EXPERTS, description="always-on experts of width expert_ffn (DeepSeekMoE)"
     )
+    expert_groups: int = Field(
+        1, gt=0, le=MAX_EXPERTS, description="the experts in this many equal blocks (DeepSeek-V3: 8, one per node)"
+    )
+    limited_groups: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_EXPERTS,
+        description="node-limited routing: each token's experts within its best this-many blocks "
+        "(DeepSeek-V3: 4); null (default): no limit",
+    )
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> MoESection:
@@ -52,6 +62,22 @@ class MoESection(Section):
                 f"{self.top_k} > model.moe.experts ({self.num_experts}): a token cannot go "
                 "to more experts than there are",
             )
+        if self.num_experts % self.expert_groups:
+            raise FieldError(
+                "expert_groups", f"{self.expert_groups} does not divide model.moe.experts ({self.num_experts})"
+            )
+        if self.limited_groups is not None:
+            if self.limited_groups > self.expert_groups:
+                raise FieldError(
+                    "limited_groups", f"{self.limited_groups} > model.moe.expert_groups ({self.expert_groups})"
+                )
+            reachable = self.limited_groups * self.num_experts // self.expert_groups
+            if self.top_k > reachable:
+                raise FieldError(
+                    "limited_groups",
+                    f"{self.limited_groups} blocks of {self.num_experts // self.expert_groups} experts hold "
+                    f"{reachable}, fewer than model.moe.top_k ({self.top_k})",
+                )
         return self
 
     @property

@@ -25,7 +25,10 @@ from dataclasses import dataclass
 class MoESpec:
     """The MoE MLP of a `ModelSpec` (module docstring). `capacity_factor` None: no token is dropped
     (dropless); c > 0: every expert takes at most ceil(c x T x top_k / num_experts) of a group's T
-    tokens (sim.numerics.moe's rule) and its buffer is that size."""
+    tokens (sim.numerics.moe's rule) and its buffer is that size. `expert_groups` G and
+    `limited_groups` M: the experts in G equal blocks (DeepSeek-V3: one per node of the expert-
+    parallel group), each token's top_k chosen within its M best blocks (node-limited routing,
+    sim.numerics.moe); M None: no limit."""
 
     num_experts: int
     top_k: int
@@ -34,6 +37,8 @@ class MoESpec:
     every: int = 1
     first_dense: int = 0
     shared_experts: int = 0
+    expert_groups: int = 1
+    limited_groups: int | None = None
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer i (0-based) has the MoE MLP: i >= first_dense and i % every == every - 1."""
@@ -112,8 +117,8 @@ MODELS: dict[str, ModelSpec] = {
     # "-like": MLA (low-rank compressed Q and KV, 128 heads of 128 + 64 rope dims) is approximated
     # by standard MHA with 128 heads of 7168 / 128 = 56: its 4h^2 = 205.5M weights per layer are
     # 18.4M more than MLA's 187.1M (1.1B over 61 layers), and its scores and x V FLOPs, 4bs^2h with
-    # h = 7168, are fewer than MLA's 2bs^2 x 128 x (192 + 128); sigmoid routing with node-limited
-    # groups, the auxiliary-loss-free bias and the multi-token-prediction module are not modelled.
+    # h = 7168, are fewer than MLA's 2bs^2 x 128 x (192 + 128); node-limited routing is (8 groups,
+    # 4 per token); sigmoid scores, the bias's updates and multi-token prediction are not modelled.
     # We count 672.3B total and 37.8B active (without the embedding lookup) against the paper's
     # 671B and 37B. 61 layers is prime: parallel.pp must be 1 or 61 while stages split layers evenly.
     "deepseek-v3-like": ModelSpec(
@@ -124,6 +129,14 @@ MODELS: dict[str, ModelSpec] = {
         seq_len=4096,
         vocab=129280,
         gated_mlp=True,
-        moe=MoESpec(num_experts=256, top_k=8, expert_ffn=2048, first_dense=3, shared_experts=1),
+        moe=MoESpec(
+            num_experts=256,
+            top_k=8,
+            expert_ffn=2048,
+            first_dense=3,
+            shared_experts=1,
+            expert_groups=8,  # inference/configs/config_671B.json: n_expert_groups 8,
+            limited_groups=4,  # n_limited_groups 4 (a token's experts on at most 4 of 8 nodes)
+        ),
     ),
 }

@@ -6,7 +6,8 @@ import pytest
 
 from clustersim.sim.collectives.ops import Pieces
 from clustersim.sim.numerics.expert_parallel import ExpertParallelMoE, traffic_matrix
-from clustersim.sim.numerics.moe import MoEConfig, init_moe_params, moe_backward, moe_forward, route
+from clustersim.sim.numerics.moe import MoEConfig, init_moe_params, moe_backward, moe_forward
+from clustersim.sim.numerics.routing import route
 
 from finite_differences import central_difference
 
@@ -144,12 +145,17 @@ def run_lockstep(generators):
 EP_EXPERTS = 8
 
 
+@pytest.mark.parametrize("limited", [None, 1], ids=["any-node", "one-node"])
 @pytest.mark.parametrize("shared", [False, True], ids=["no-shared", "shared"])
 @pytest.mark.parametrize("ep", [1, 2, 4])
 @pytest.mark.parametrize("capacity_factor", [None, 0.5], ids=["no-drop", "drop"])
 @pytest.mark.parametrize("top_k, normalize", [(1, False), (2, True)], ids=["top1", "top2"])
-def test_expert_parallel_shards_match_the_single_device_reference(top_k, normalize, capacity_factor, ep, shared):
-    cfg = MoEConfig(EP_EXPERTS, top_k, capacity_factor, normalize, shared)
+def test_expert_parallel_shards_match_the_single_device_reference(
+    top_k, normalize, capacity_factor, ep, shared, limited
+):
+    """`limited` 1: node-limited routing with the experts in 4 blocks (ep 4: one per rank), every
+    token's experts in one block."""
+    cfg = MoEConfig(EP_EXPERTS, top_k, capacity_factor, normalize, shared, expert_groups=4, limited_groups=limited)
     p = randomized_params(EP_EXPERTS, shared, seed=7)
     rng = np.random.default_rng(8)
     xs = [rng.standard_normal((B, S, HIDDEN)) for _ in range(ep)]  # rank r's group

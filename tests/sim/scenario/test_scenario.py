@@ -302,6 +302,8 @@ def test_json_schema_is_json_and_covers_every_section():
         "first_dense",
         "expert_ffn",
         "shared_experts",
+        "expert_groups",
+        "limited_groups",
     }
     assert moe["additionalProperties"] is False
     assert "ep" in schema["$defs"]["ParallelSection"]["properties"]
@@ -500,6 +502,24 @@ BAD = [
         ),
         "model.moe.top_k",
         r"9 > model\.moe\.experts \(8\)",
+    ),
+    (
+        "moe_expert_groups_not_dividing_experts",
+        variant(("model.moe", {"experts": 8, "top_k": 2, "expert_groups": 3})),
+        "model.moe.expert_groups",
+        r"3 does not divide model\.moe\.experts \(8\)$",
+    ),
+    (
+        "moe_limited_groups_above_groups",
+        variant(("model.moe", {"experts": 8, "top_k": 2, "expert_groups": 4, "limited_groups": 5})),
+        "model.moe.limited_groups",
+        r"5 > model\.moe\.expert_groups \(4\)$",
+    ),
+    (
+        "moe_limited_groups_too_few_for_top_k",
+        variant(("model.moe", {"experts": 8, "top_k": 3, "expert_groups": 4, "limited_groups": 1})),
+        "model.moe.limited_groups",
+        r"1 blocks of 2 experts hold 2, fewer than model\.moe\.top_k \(3\)$",
     ),
     (
         "moe_zero_capacity_factor",
