@@ -16,7 +16,9 @@ a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-
 
 (Rajbhandari et al. 2020, ZeRO, section 7: stages 1 and 2 move what all-reduce moves, stage 3
 1.5x.) With m microbatches stage 3 gathers every unit 2m times: (2m + 1)(N-1)/N Psi a step; at
-most prefetch + 1 gathered units exist at once on a rank (schedules.zero3).
+most prefetch + 1 gathered units exist at once on a rank (schedules.zero3). With `overlap`
+(Megatron-LM's overlap_grad_reduce) stages 0-2 bucket by whole layers instead and start each
+bucket inside the last backward; the bytes are the same.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from clustersim.schedules.ir import DP_STREAM, GRADIENT_PHASES, Collective, Comm, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.tags import GradBucket, ParamBucket
-from clustersim.schedules.zero3 import UnitStarts, add_zero3
+from clustersim.schedules.zero3 import UnitStarts, add_zero3, final_units, unit_buckets, unit_uses
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -48,6 +50,7 @@ def add_data_parallel(
     bucket_bytes: float,
     expert_bytes: Callable[[int], float] = lambda stage: 0.0,
     zero3_units: tuple[Callable[[int, int], float], UnitStarts, int] | None = None,
+    overlap: tuple[Callable[[int], list[float]], UnitStarts] | None = None,
 ) -> Program:
     """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
 
@@ -57,7 +60,10 @@ def add_data_parallel(
     eparams@...), the rest over the whole data-parallel group. With dp = 1 there is nothing to
     reduce and the program is returned as it is. `zero3_units` (stage 3): (bytes of a stage's
     unit, the piece each unit of an op starts in, units prefetched) for schedules.zero3.add_zero3;
-    None: each stage one unit, whole ops, one prefetched.
+    None: each stage one unit, whole ops, one prefetched. `overlap` (stages 0-2, Megatron-LM's
+    overlap_grad_reduce): (each stage's unit bytes, the piece each unit starts in) of ops cut at
+    every layer; the gradients are bucketed by whole units (zero3.unit_buckets) and each bucket's
+    collective starts when its units' part of the last backward has ended, overlapping the rest.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -68,17 +74,37 @@ def add_data_parallel(
     if zero_stage == 3:
         unit_bytes, unit_starts, prefetch = zero3_units or (lambda stage, unit: weight_bytes(stage), _one_unit, 1)
         return add_zero3(program, layout, unit_bytes, unit_starts, prefetch)
+    if overlap is not None and layout.ep > 1:
+        raise ValueError("overlapping the gradient reduction with expert parallelism is not modelled")
     ops: dict[int, list[Op]] = {}
     # one tag object per collective, shared by its members (fewer objects on big programs)
-    buckets, param_bucket = functools.cache(_buckets), functools.cache(ParamBucket.of)
+    param_bucket = functools.cache(ParamBucket.of)
+    unit_sizes, unit_starts = overlap or (lambda stage: [weight_bytes(stage)], _one_unit)
+    groups = functools.cache(lambda stage: unit_buckets(unit_sizes(stage), bucket_bytes))
+
+    @functools.cache
+    def stage_buckets(stage: int, t: int, expert_rank: int | None, total: float) -> list[tuple[GradBucket, float]]:
+        """A gradient set's buckets: by size, or overlapped, by whole units (expert_rank None)."""
+        if overlap is None:
+            return _buckets(stage, t, expert_rank, total, bucket_bytes)
+        sizes = unit_sizes(stage)
+        return [(GradBucket(stage, t, b), sum(sizes[u] for u in units)) for b, units in enumerate(groups(stage))]
+
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
         sets = functools.partial(_gradient_sets, layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
         last_backward = {op.stage: op.label for op in computes if op.phase in GRADIENT_PHASES}
         # a stage's gradients are whole once its last backward (or W) and whatever else its optimizer
-        # step waits for (tensor parallelism's gradient sum) have finished
+        # step waits for (tensor parallelism's gradient sum) have finished; overlapped, a bucket's
+        # once its units' are (zero3.final_units)
         grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == Phase.OPT}
+        if overlap is not None:
+            step_deps = {op.stage: op.deps for op in computes if op.phase == Phase.OPT}
+            ready = {
+                label: [b for stage, unit in done for b, units in enumerate(groups(stage)) if units[0] == unit]
+                for label, done in final_units(program.ops[rank], unit_uses(program.ops[rank], unit_starts)).items()
+            }
         out: list[Op] = []
         for op in program.ops[rank]:
             if isinstance(op, Compute) and op.phase == Phase.OPT:
@@ -96,22 +122,29 @@ def add_data_parallel(
                     + tuple(
                         f"{kind} {tag}"
                         for expert_rank, _, size in sets(op.stage)
-                        for tag, _ in buckets(op.stage, t, expert_rank, size, bucket_bytes)
+                        for tag, _ in stage_buckets(op.stage, t, expert_rank, size)
                     ),
                 )
             out.append(op)
-            if isinstance(op, Compute) and op.phase in GRADIENT_PHASES and last_backward[op.stage] == op.label:
-                reduce = "all_reduce" if zero_stage == 0 else "reduce_scatter"
+            reduce = "all_reduce" if zero_stage == 0 else "reduce_scatter"
+            if overlap is not None and isinstance(op, Compute) and op.label in ready:
+                members = layout.dp_group(p, t)
+                out.extend(
+                    Collective(reduce, tag, members, size, stream=DP_STREAM, deps=(op.label, *step_deps[op.stage]))
+                    for b in ready[op.label]
+                    for tag, size in [stage_buckets(op.stage, t, None, 0.0)[b]]
+                )
+            elif overlap is None and isinstance(op, Compute) and last_backward.get(op.stage) == op.label:
                 out.extend(
                     Collective(reduce, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
                     for expert_rank, members, total in sets(op.stage)
-                    for tag, size in buckets(op.stage, t, expert_rank, total, bucket_bytes)
+                    for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
             if isinstance(op, Compute) and op.phase == Phase.OPT and zero_stage in (1, 2):
                 out.extend(
                     Collective("all_gather", param_bucket(tag), members, size, stream=DP_STREAM, deps=(op.label,))
                     for expert_rank, members, total in sets(op.stage)
-                    for tag, size in buckets(op.stage, t, expert_rank, total, bucket_bytes)
+                    for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)

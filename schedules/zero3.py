@@ -52,7 +52,7 @@ class _Use(NamedTuple):
     unit: int
     first: str  # label of the piece it starts in
     last: str  # label of its last piece
-    done: str = ""  # label of the piece its work ends in (`_uses`)
+    done: str = ""  # label of the piece its work ends in (`unit_uses`)
 
 
 def add_zero3(
@@ -77,24 +77,10 @@ def add_zero3(
         d, p, t = layout.coords(rank)
         group = layout.dp_group(p, t)
         rank_ops = program.ops[rank]
-        uses = _uses(rank_ops, unit_starts)
+        uses = unit_uses(rank_ops, unit_starts)
         at_start = {use.first: j for j, use in enumerate(uses)}
-        computes = [op for op in rank_ops if isinstance(op, Compute)]
-        last_gradient_op = {op.stage: _whole(op) for op in computes if op.phase in GRADIENT_PHASES}
-        step_deps = {op.stage: op.deps for op in computes if op.phase == Phase.OPT}
-        # the reduce-scatter of each unit goes after the last piece of the stage's last gradient op
-        # that computes it (a W is whole: every unit's)
-        reduce_after: dict[str, list[int]] = {}
-        # a stage whose gradients are summed over the tensor-parallel group first (its step waits
-        # for that sum) reduces every unit after the op's last piece, where the sum starts
-        final = {op.stage: op.label for op in computes if _whole(op) == last_gradient_op[op.stage]}
-        for use in uses:
-            if _whole_label(use.first) == last_gradient_op[use.stage]:
-                after = final[use.stage] if step_deps[use.stage] else use.done
-                reduce_after.setdefault(after, []).append(use.unit)
-        for w in computes:
-            if w.phase == Phase.W and _whole(w) == last_gradient_op[w.stage]:
-                reduce_after.setdefault(w.label, []).extend(reversed(range(_unit_count(uses, w.stage))))
+        step_deps = {op.stage: op.deps for op in rank_ops if isinstance(op, Compute) and op.phase == Phase.OPT}
+        reduce_after = {label: [unit for _, unit in done] for label, done in final_units(rank_ops, uses).items()}
         gathers: list[str] = []  # labels of the gathers issued so far, use by use
         reduced: dict[int, list[str]] = {}  # stage -> labels of its reduce-scatters
         out: list[Op] = []
@@ -146,7 +132,41 @@ def unit_ranges(layers: range, unit_layers: int | None) -> list[range]:
     return [layers[i : i + size] for i in range(0, len(layers), size)] or [layers]
 
 
-def _uses(rank_ops: list[Op], unit_starts: UnitStarts) -> list[_Use]:
+def final_units(rank_ops: list[Op], uses: list[_Use]) -> dict[str, list[tuple[int, int]]]:
+    """label -> the (stage, unit)s whose gradients are final once that op (piece) ends, in the
+    order they become so: each unit's part of its stage's last gradient op (a W is whole: every
+    unit after it). A stage whose gradients are summed over the tensor-parallel group first (its
+    optimizer step waits for that sum) has them all final after the op's last piece, where the
+    sum starts."""
+    computes = [op for op in rank_ops if isinstance(op, Compute)]
+    last_gradient_op = {op.stage: _whole(op) for op in computes if op.phase in GRADIENT_PHASES}
+    step_deps = {op.stage: op.deps for op in computes if op.phase == Phase.OPT}
+    final = {op.stage: op.label for op in computes if _whole(op) == last_gradient_op[op.stage]}
+    done: dict[str, list[tuple[int, int]]] = {}
+    for use in uses:
+        if _whole_label(use.first) == last_gradient_op[use.stage]:
+            done.setdefault(final[use.stage] if step_deps[use.stage] else use.done, []).append((use.stage, use.unit))
+    for w in computes:
+        if w.phase == Phase.W and _whole(w) == last_gradient_op[w.stage]:
+            done.setdefault(w.label, []).extend((w.stage, u) for u in reversed(range(_unit_count(uses, w.stage))))
+    return done
+
+
+def unit_buckets(unit_bytes: list[float], bucket_bytes: float) -> list[range]:
+    """Gradient buckets of whole units, as Megatron-LM's param_and_grad_buffer forms them: units
+    taken last to first (the order the backward finishes them) until a bucket holds at least
+    `bucket_bytes`; returned first to last."""
+    buckets: list[range] = []
+    end, held = len(unit_bytes), 0.0
+    for unit in reversed(range(len(unit_bytes))):
+        held += unit_bytes[unit]
+        if held >= bucket_bytes or unit == 0:
+            buckets.append(range(unit, end))
+            end, held = unit, 0.0
+    return buckets[::-1]
+
+
+def unit_uses(rank_ops: list[Op], unit_starts: UnitStarts) -> list[_Use]:
     """The units a rank's forwards and backwards use, in compute order. A unit whose last piece
     ends at a tensor-parallel collective finishes its work (its row-parallel bias, the layernorm
     behind the collective) in the next unit's first piece: its `done`; else `done` is its last."""

@@ -34,7 +34,7 @@ from clustersim.sim.cost.stages import (
     tensor_parallel_item_weight_flops,
     weight_bytes,
 )
-from clustersim.sim.cost.units import stage_units, unit_weight_bytes
+from clustersim.sim.cost.units import cut_unit_layers, layer_bytes, unit_bucket_groups, unit_weight_bytes
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
 from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
@@ -114,7 +114,7 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     ]
     moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
     plan = TensorParallelPlan(
-        moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full", zero3_unit_layers(p), scatter_gather(p)
+        moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full", cut_unit_layers(p), scatter_gather(p)
     )
     program = add_tensor_parallel(
         Program.merge(replicas),
@@ -138,6 +138,9 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
         p.bucket,
         lambda s: expert_bytes(scenario, s),
         (functools.partial(unit_weight_bytes, scenario), _unit_starts(plan, layout, p.num_stages), p.zero3_prefetch),
+        (lambda s: layer_bytes(scenario, s), _unit_starts(plan, layout, p.num_stages))
+        if p.megatron.overlap_grad_reduce
+        else None,
     )
     if not check:
         return program
@@ -152,11 +155,6 @@ def scatter_gather(p: ParallelSection) -> bool:
     """Whether pipeline messages travel as tp chunks, all-gathered on receipt (Megatron's scatter/
     gather, parallel.megatron.scatter_gather; with sequence parallelism they are split already)."""
     return p.megatron.scatter_gather and p.tp > 1 and not p.sequence_parallel
-
-
-def zero3_unit_layers(p: ParallelSection) -> int | None:
-    """Layers per ZeRO-3 unit when the run gathers weights unit by unit (ZeRO 3, dp > 1), else None."""
-    return p.zero3_unit_layers if p.zero == 3 and p.dp > 1 else None
 
 
 def _unit_starts(plan: TensorParallelPlan, layout: Layout, num_stages: int) -> UnitStarts:
@@ -237,11 +235,9 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     if p.dp == 1 and p.tp == 1:
         return PipelineNumerics(cfg, placements[0], step)
     experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
-    units = zero3_unit_layers(p)
+    groups = unit_bucket_groups(scenario)
     buckets = {
-        (what, s): len(bucket_sizes(size, p.bucket))
-        if units is None or what == "egrads"
-        else len(stage_units(scenario, s))
+        (what, s): len(bucket_sizes(size, p.bucket)) if groups is None or what == "egrads" else len(groups(s))
         for s in range(p.num_stages)
         for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))
     }
@@ -251,7 +247,8 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         step,
         p.zero if p.dp > 1 else 0,
         buckets,
-        Sharding(p.tp, p.sequence_parallel, p.ep, unit_layers=units, scatter_gather=scatter_gather(p)),
+        Sharding(p.tp, p.sequence_parallel, p.ep, unit_layers=cut_unit_layers(p), scatter_gather=scatter_gather(p)),
+        groups,
     )
 
 

@@ -60,12 +60,14 @@ def unit_of_name(units: list[range]) -> Callable[[str], int]:
     return unit
 
 
-def unit_sizes(tensors: dict[str, np.ndarray], names: list[str], unit: Callable[[str], int]) -> list[int]:
-    """Elements of the named tensors in each unit: ZeRO 3's buckets, one per unit."""
+def unit_sizes(
+    tensors: dict[str, np.ndarray], names: list[str], unit: Callable[[str], int], buckets: list[range]
+) -> list[int]:
+    """Elements of the named tensors in each bucket of whole units (`buckets`: the units of each)."""
     sizes = [0] * (1 + max(map(unit, names)))
     for name in names:
         sizes[unit(name)] += tensors[name].size
-    return sizes
+    return [sum(sizes[u] for u in units) for units in buckets]
 
 
 class Buckets:

@@ -22,6 +22,8 @@ reduced among the replicas holding the same experts, the rest over all replicas.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Compute, Phase, Recv, Send
@@ -53,44 +55,40 @@ class DataParallelNumerics:
         zero: int,
         buckets: dict[tuple[str, int], int],
         sharding: Sharding = UNSHARDED,
+        unit_buckets: Callable[[int], list[range]] | None = None,
     ):
         """`replicas`: every pipeline's placement, replica-major: pipeline i is tensor-parallel rank
         i % tp of data-parallel replica i // tp. `buckets[(set, stage)]`: how many buckets the
         program cuts a stage's gradient set into, set "grads" (all but the expert-parallel
         experts) or "egrads" (those experts, ep > 1). `sharding`: the split of every pipeline
-        (its ranks are each pipeline's own)."""
+        (its ranks are each pipeline's own). `unit_buckets(stage)`: the units in each "grads"
+        bucket of whole units (overlapped; ZeRO 3 default: one each), flattened unit by unit."""
         tp, ep = sharding.tp, sharding.ep
         self.cfg, self.step, self.zero, self.tp = cfg, step, zero, tp
         self.dp, self.ep = len(replicas) // tp, ep
         rows = step.rows
         self.tokens, self.targets = make_batch(cfg, step.seed, self.dp * rows)  # (dp*m*b, s)
+        rows_of = [slice(d * rows, (d + 1) * rows) for d in range(self.dp)]  # replica d's rows of the batch
+        data = [(self.tokens[r], self.targets[r]) for r in rows_of]
         self.replicas = [
-            PipelineNumerics(
-                cfg,
-                placement,
-                step,
-                sharding.at(tp_rank=i % tp, ep_rank=i // tp % ep),
-                data=(
-                    self.tokens[i // tp * rows : (i // tp + 1) * rows],
-                    self.targets[i // tp * rows : (i // tp + 1) * rows],
-                ),
-            )
-            for i, placement in enumerate(replicas)
+            PipelineNumerics(cfg, where, step, sharding.at(tp_rank=i % tp, ep_rank=i // tp % ep), data=data[i // tp])
+            for i, where in enumerate(replicas)
         ]
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = Buckets(buckets, self.dp, ep)
         self.shard_optimizers: dict[tuple[int, int], Adam | SGD] = {}  # (rank, stage) -> optimizer of its chunks
         # ZeRO 3: (rank, piece a unit starts in) -> (unit, the stage's weights with that unit's filled in)
         self.gathered: dict[tuple[int, str], tuple[int, np.ndarray]] = {}
-        units = [
-            unit_ranges(stage_layers(cfg, s, len(replicas[0])), sharding.unit_layers) for s in range(len(replicas[0]))
-        ]
+        num_stages = len(replicas[0])
+        units = [unit_ranges(stage_layers(cfg, s, num_stages), sharding.unit_layers) for s in range(num_stages)]
         self.unit_of = [unit_of_name(stage_units) for stage_units in units]  # stage -> (name -> its unit)
-        if zero == 3:
-            for rank in self.replica_of:
-                for stage in self._stages_of(rank):
-                    params, names = self._stage(rank, stage).params, self._names(rank, stage, "grads")
-                    self.buckets.fix("grads", stage, unit_sizes(params, names, self.unit_of[stage]))
+        groups = unit_buckets or (lambda s: [range(k, k + 1) for k in range(len(units[s]))])  # ZeRO 3: one each
+        self.by_unit = unit_buckets is not None or zero == 3
+        for rank in self.replica_of if self.by_unit else ():
+            for stage in self._stages_of(rank):
+                params, names = self._stage(rank, stage).params, self._names(rank, stage, "grads")
+                self.buckets.fix("grads", stage, unit_sizes(params, names, self.unit_of[stage], groups(stage)))
+                if zero == 3:
                     self._keep_only_own_chunks(rank, stage)
 
     # -- a rank's stages, sets and chunks --------------------------------------------------------
@@ -110,7 +108,7 @@ class DataParallelNumerics:
             ep_rank = self.replica_of[rank] // self.tp % self.ep
             own = {f"expert{e}" for e in experts_of_rank(ep_rank, self.cfg.moe.num_experts, self.ep)}
         names = set_names(list(self._stage(rank, stage).params), what, own)
-        return sorted(names, key=self.unit_of[stage]) if self.zero == 3 else names  # unit by unit
+        return sorted(names, key=self.unit_of[stage]) if self.by_unit else names  # unit by unit
 
     def _chunk(self, rank: int, what: str, lo: int, hi: int) -> tuple[int, int]:
         """This rank's chunk of the bucket [lo, hi) of set `what` (Buckets.chunk)."""

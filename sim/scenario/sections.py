@@ -142,6 +142,12 @@ class MegatronSection(Section):
         description="free a stage output's data once it is sent (Megatron-LM's deallocate_pipeline_outputs, "
         "set by its training loop); off: each in-flight microbatch also holds its stage's output",
     )
+    overlap_grad_reduce: bool = Field(
+        False,
+        description="ZeRO 0-2: bucket the gradients by whole layers (parallel.bucket each at least) and "
+        "start each bucket's reduction as its layers' part of the last backward ends (Megatron-LM's "
+        "--overlap-grad-reduce, off by default); off: after the stage's last backward",
+    )
 
 
 class ParallelSection(Section):
