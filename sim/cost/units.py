@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clustersim.schedules.ir import Phase
 from clustersim.schedules.zero3 import unit_buckets, unit_ranges
 from clustersim.sim.cost.stages import layers_params, stage_layer_range
 from clustersim.sim.scenario.schema import Scenario
@@ -63,3 +64,15 @@ def unit_bucket_groups(scenario: Scenario) -> Callable[[int], list[range]] | Non
     if p.zero == 3:
         return lambda stage: [range(u, u + 1) for u in range(len(stage_units(scenario, stage)))]
     return lambda stage: unit_buckets(layer_bytes(scenario, stage), p.bucket)
+
+
+def gathered_peak_bytes(scenario: Scenario, steps: list[tuple[Phase, int, int]]) -> float:
+    """ZeRO 3: the most gathered weights a rank holds, from its compute order `steps` ((phase,
+    microbatch, stage), schedules.pipeline.rank_order): a forward uses its stage's units first to
+    last, a backward last to first (schedules.zero3)."""
+    uses: list[float] = []
+    for phase, _, stage in steps:
+        if phase in (Phase.F, Phase.B):
+            sizes = [unit_weight_bytes(scenario, stage, u) for u in range(len(stage_units(scenario, stage)))]
+            uses += sizes if phase == Phase.F else sizes[::-1]
+    return peak_gathered_bytes(uses, scenario.parallel.zero3_prefetch)
