@@ -67,7 +67,7 @@ def add_zero3(
 
     `unit_bytes(stage, unit)`: a unit's 16-bit weight bytes on one rank (= its gradients').
     `unit_starts(phase, stage, split)`: the piece each unit of such an op starts in, in the op's
-    order (tensor_parallel.unit_starts); a whole op (not cut) is one unit.
+    order (stage_pieces.unit_starts); a whole op (not cut) is one unit.
     """
     if prefetch < 0:
         raise ValueError(f"ZeRO-3 prefetch must be >= 0 units, got {prefetch}")

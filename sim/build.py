@@ -158,7 +158,7 @@ def scatter_gather(p: ParallelSection) -> bool:
 
 
 def _unit_starts(plan: TensorParallelPlan, layout: Layout, num_stages: int) -> UnitStarts:
-    """The piece each unit of a cut stage op starts in (tensor_parallel.unit_starts of the same plan
+    """The piece each unit of a cut stage op starts in (stage_pieces.unit_starts of the same plan
     add_tensor_parallel cut it by)."""
 
     @functools.cache
