@@ -9,15 +9,16 @@ a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-
     zero 1   reduce_scatter(grads) per bucket; optimizer step on 1/N of the  sends 2(N-1)/N Psi
              state; all_gather(weights) per bucket after the step
     zero 2   as zero 1 (gradients are also kept sharded: a memory change only)
-    zero 3   weights sharded too: all_gather(weights) before every forward   sends 3(N-1)/N Psi
-             and backward, reduce_scatter(grads); no gather after the step      (one microbatch)
+    zero 3   weights sharded too, gathered one unit (FSDP's wrapping unit,   sends 3(N-1)/N Psi
+             `unit_layers` layers) at a time before its part of every        (one microbatch)
+             forward and backward, one unit prefetched; reduce_scatter(grads)
+             per unit as its part of the last backward ends (schedules.zero3)
 
 (Rajbhandari et al. 2020, ZeRO, section 7: stages 1 and 2 move what all-reduce moves, stage 3
-1.5x.) The zero 3 gathers are issued in compute order on the dp stream and each may start once
-the compute op two before its own has finished: one gather ahead (prefetch, as FSDP's
-forward/backward prefetch), so at most two gathered copies of a stage's weights exist at once.
-With m microbatches it gathers 2m times. An op cut into pieces (tensor parallelism) gathers once,
-before its first piece.
+1.5x.) With m microbatches stage 3 gathers every unit 2m times: (2m + 1)(N-1)/N Psi a step; at
+most prefetch + 1 gathered units exist at once on a rank (schedules.zero3). With `overlap`
+(Megatron-LM's overlap_grad_reduce) stages 0-2 bucket by whole layers instead and start each
+bucket inside the last backward; the bytes are the same.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import functools
 import math
 from collections.abc import Callable
 
-from clustersim.schedules.ir import GRADIENT_PHASES, PIPELINE_PHASES, Collective, Comm, Compute, Op, Phase, Program
+from clustersim.schedules.ir import DP_STREAM, GRADIENT_PHASES, Collective, Comm, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
-from clustersim.schedules.tags import GradBucket, ParamBucket, ParamGather
+from clustersim.schedules.tags import GradBucket, ParamBucket
+from clustersim.schedules.zero3 import UnitStarts, add_zero3, final_units, unit_buckets, unit_uses
 
 ZERO_STAGES = (0, 1, 2, 3)
-DP_STREAM = "dp"
 
 
 def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
@@ -48,6 +49,8 @@ def add_data_parallel(
     zero_stage: int,
     bucket_bytes: float,
     expert_bytes: Callable[[int], float] = lambda stage: 0.0,
+    zero3_units: tuple[Callable[[int, int], float], UnitStarts, int] | None = None,
+    overlap: tuple[Callable[[int], list[float]], UnitStarts] | None = None,
 ) -> Program:
     """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
 
@@ -55,7 +58,12 @@ def add_data_parallel(
     `expert_bytes(stage)`: the part of them that is routed experts; with expert parallelism
     (layout.ep > 1) those are reduced among the ranks holding the same experts (tags egrads@...,
     eparams@...), the rest over the whole data-parallel group. With dp = 1 there is nothing to
-    reduce and the program is returned as it is.
+    reduce and the program is returned as it is. `zero3_units` (stage 3): (bytes of a stage's
+    unit, the piece each unit of an op starts in, units prefetched) for schedules.zero3.add_zero3;
+    None: each stage one unit, whole ops, one prefetched. `overlap` (stages 0-2, Megatron-LM's
+    overlap_grad_reduce): (each stage's unit bytes, the piece each unit starts in) of ops cut at
+    every layer; the gradients are bucketed by whole units (zero3.unit_buckets) and each bucket's
+    collective starts when its units' part of the last backward has ended, overlapping the rest.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -63,38 +71,42 @@ def add_data_parallel(
         return program
     if zero_stage == 3 and layout.ep > 1:
         raise ValueError("ZeRO 3 with expert parallelism is not modelled")
+    if zero_stage == 3:
+        unit_bytes, unit_starts, prefetch = zero3_units or (lambda stage, unit: weight_bytes(stage), _one_unit, 1)
+        return add_zero3(program, layout, unit_bytes, unit_starts, prefetch)
+    if overlap is not None and layout.ep > 1:
+        raise ValueError("overlapping the gradient reduction with expert parallelism is not modelled")
     ops: dict[int, list[Op]] = {}
     # one tag object per collective, shared by its members (fewer objects on big programs)
-    buckets, param_bucket, param_gather = (
-        functools.cache(_buckets),
-        functools.cache(ParamBucket.of),
-        functools.cache(ParamGather),
-    )
+    param_bucket = functools.cache(ParamBucket.of)
+    unit_sizes, unit_starts = overlap or (lambda stage: [weight_bytes(stage)], _one_unit)
+    groups = functools.cache(lambda stage: unit_buckets(unit_sizes(stage), bucket_bytes))
+
+    @functools.cache
+    def stage_buckets(stage: int, t: int, expert_rank: int | None, total: float) -> list[tuple[GradBucket, float]]:
+        """A gradient set's buckets: by size, or overlapped, by whole units (expert_rank None)."""
+        if overlap is None:
+            return _buckets(stage, t, expert_rank, total, bucket_bytes)
+        sizes = unit_sizes(stage)
+        return [(GradBucket(stage, t, b), sum(sizes[u] for u in units)) for b, units in enumerate(groups(stage))]
+
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
-        group = layout.dp_group(p, t)
         sets = functools.partial(_gradient_sets, layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
         last_backward = {op.stage: op.label for op in computes if op.phase in GRADIENT_PHASES}
         # a stage's gradients are whole once its last backward (or W) and whatever else its optimizer
-        # step waits for (tensor parallelism's gradient sum) have finished
+        # step waits for (tensor parallelism's gradient sum) have finished; overlapped, a bucket's
+        # once its units' are (zero3.final_units)
         grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == Phase.OPT}
-        ends = {(op.phase, op.microbatch, op.stage): op.label for op in computes}  # an op's last piece
+        if overlap is not None:
+            step_deps = {op.stage: op.deps for op in computes if op.phase == Phase.OPT}
+            ready = {
+                label: [b for stage, unit in done for b, units in enumerate(groups(stage)) if units[0] == unit]
+                for label, done in final_units(program.ops[rank], unit_uses(program.ops[rank], unit_starts)).items()
+            }
         out: list[Op] = []
-        computed: list[str] = []  # ends of the F/B ops so far, for the prefetch distance
         for op in program.ops[rank]:
-            if isinstance(op, Compute) and op.phase in PIPELINE_PHASES and not op.part and zero_stage == 3:
-                gather = Collective(
-                    "all_gather",
-                    param_gather(op.stage, t, op.label),
-                    group,
-                    weight_bytes(op.stage),
-                    stream=DP_STREAM,
-                    deps=(computed[-2],) if len(computed) >= 2 else (),
-                )
-                out.append(gather)
-                computed.append(ends[(op.phase, op.microbatch, op.stage)])
-                op = dataclasses.replace(op, deps=op.deps + (gather.label,))
             if isinstance(op, Compute) and op.phase == Phase.OPT:
                 kind = Comm.ALL_REDUCE if zero_stage == 0 else Comm.REDUCE_SCATTER
                 shard = (
@@ -110,22 +122,29 @@ def add_data_parallel(
                     + tuple(
                         f"{kind} {tag}"
                         for expert_rank, _, size in sets(op.stage)
-                        for tag, _ in buckets(op.stage, t, expert_rank, size, bucket_bytes)
+                        for tag, _ in stage_buckets(op.stage, t, expert_rank, size)
                     ),
                 )
             out.append(op)
-            if isinstance(op, Compute) and op.phase in GRADIENT_PHASES and last_backward[op.stage] == op.label:
-                reduce = "all_reduce" if zero_stage == 0 else "reduce_scatter"
+            reduce = "all_reduce" if zero_stage == 0 else "reduce_scatter"
+            if overlap is not None and isinstance(op, Compute) and op.label in ready:
+                members = layout.dp_group(p, t)
+                out.extend(
+                    Collective(reduce, tag, members, size, stream=DP_STREAM, deps=(op.label, *step_deps[op.stage]))
+                    for b in ready[op.label]
+                    for tag, size in [stage_buckets(op.stage, t, None, 0.0)[b]]
+                )
+            elif overlap is None and isinstance(op, Compute) and last_backward.get(op.stage) == op.label:
                 out.extend(
                     Collective(reduce, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
                     for expert_rank, members, total in sets(op.stage)
-                    for tag, size in buckets(op.stage, t, expert_rank, total, bucket_bytes)
+                    for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
             if isinstance(op, Compute) and op.phase == Phase.OPT and zero_stage in (1, 2):
                 out.extend(
                     Collective("all_gather", param_bucket(tag), members, size, stream=DP_STREAM, deps=(op.label,))
                     for expert_rank, members, total in sets(op.stage)
-                    for tag, size in buckets(op.stage, t, expert_rank, total, bucket_bytes)
+                    for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)
@@ -157,3 +176,8 @@ def _buckets(
     stage: int, t: int, expert_rank: int | None, total: float, bucket_bytes: float
 ) -> list[tuple[GradBucket, float]]:
     return [(GradBucket(stage, t, b, expert_rank), size) for b, size in enumerate(bucket_sizes(total, bucket_bytes))]
+
+
+def _one_unit(phase: Phase, stage: int, split: bool) -> tuple[int, ...]:
+    """Whole ops: the stage is one unit, starting in the op's first piece."""
+    return (0,)

@@ -33,6 +33,7 @@ from clustersim.schedules.tags import CollectiveTag
 COMPUTE_STREAM = "compute"
 SEND_STREAM = "send"
 RECV_STREAM = "recv"
+DP_STREAM = "dp"  # data parallelism's and ZeRO's collectives (schedules.data_parallel, schedules.zero3)
 
 
 class Phase(StrEnum):

@@ -8,11 +8,14 @@ op text and the trace, and `parse_tag` reads it back (the IR's round trip, nothi
                  egrads@1.t0.r1.b3    the same for the experts of expert-parallel rank 1
     ParamBucket  params@1.t0.b3       the weights of that bucket, gathered after a ZeRO 1/2 step
                  eparams@1.t0.r1.b3
-    ParamGather  params@1.t0.F3@1     ZeRO 3: all of stage 1's weights, gathered for op F3@1
+    ParamGather  params@1.t0.u2.F3@1.4  ZeRO 3: unit 2 of stage 1's weights, gathered for the piece
+                                      F3@1.4 its work starts in (schedules.zero3)
     TensorPiece  tp@d0.F3@1.2         the tensor-parallel collective ending piece F3@1.2 (replica 0)
     ExpertPiece  ep@p1.t0.g0.F3@1.2   the expert-parallel all-to-all ending it (stage rank 1,
                                       tensor-parallel rank 0, expert-parallel group 0)
     GradSync     tp@d0.grads@1        the tensor-parallel sum of stage 1's partial gradients
+    StageInput   tp@d0.in.F3@1        the tensor-parallel gather of the chunks of message F3@1 each
+                                      rank received (Megatron's scatter/gather of pipeline sends)
 """
 
 from __future__ import annotations
@@ -89,15 +92,17 @@ class ParamBucket(_Bucket):
 
 @dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
 class ParamGather(_Tag):
-    """ZeRO 3: a stage's whole (dense) weights, gathered for the op labelled `consumer`."""
+    """ZeRO 3: the (dense) weights of unit `unit` of a stage, gathered for the op piece labelled
+    `consumer`, where that unit's work starts."""
 
     stage: int
     tp_rank: int
+    unit: int
     consumer: str
     gradient_set: ClassVar[str] = "grads"  # ZeRO 3 shards dense weights only
 
     def _format(self) -> str:
-        return f"params@{self.stage}.t{self.tp_rank}.{self.consumer}"
+        return f"params@{self.stage}.t{self.tp_rank}.u{self.unit}.{self.consumer}"
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
@@ -135,11 +140,26 @@ class GradSync(_Tag):
         return f"tp@d{self.replica}.grads@{self.stage}"
 
 
-CollectiveTag = GradBucket | ParamBucket | ParamGather | TensorPiece | ExpertPiece | GradSync
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class StageInput(_Tag):
+    """The all-gather, over the tensor-parallel group of replica `replica`, of the 1/t chunks of
+    the pipeline message (phase, microbatch, stage) its ranks received."""
+
+    replica: int
+    phase: str
+    microbatch: int
+    stage: int
+
+    def _format(self) -> str:
+        return f"tp@d{self.replica}.in.{self.phase}{self.microbatch}@{self.stage}"
+
+
+CollectiveTag = GradBucket | ParamBucket | ParamGather | TensorPiece | ExpertPiece | GradSync | StageInput
 
 _BUCKET = re.compile(r"(?P<e>e?)(?P<what>grads|params)@(?P<stage>\d+)\.t(?P<t>\d+)(?:\.r(?P<r>\d+))?\.b(?P<b>\d+)$")
-_GATHER = re.compile(r"params@(?P<stage>\d+)\.t(?P<t>\d+)\.(?P<op>.+)$")
+_GATHER = re.compile(r"params@(?P<stage>\d+)\.t(?P<t>\d+)\.u(?P<u>\d+)\.(?P<op>.+)$")
 _SYNC = re.compile(r"tp@d(?P<d>\d+)\.grads@(?P<stage>\d+)$")
+_INPUT = re.compile(r"tp@d(?P<d>\d+)\.in\.(?P<phase>[FB])(?P<mb>\d+)@(?P<stage>\d+)$")
 _TENSOR = re.compile(r"tp@d(?P<d>\d+)\.(?P<piece>.+)$")
 _EXPERT = re.compile(r"ep@p(?P<p>\d+)\.t(?P<t>\d+)\.g(?P<g>\d+)\.(?P<piece>.+)$")
 
@@ -152,9 +172,11 @@ def parse_tag(text: str) -> CollectiveTag:
         cls = GradBucket if m["what"] == "grads" else ParamBucket
         return cls(int(m["stage"]), int(m["t"]), int(m["b"]), int(m["r"]) if m["r"] is not None else None)
     if m := _GATHER.match(text):
-        return ParamGather(int(m["stage"]), int(m["t"]), m["op"])
+        return ParamGather(int(m["stage"]), int(m["t"]), int(m["u"]), m["op"])
     if m := _SYNC.match(text):
         return GradSync(int(m["d"]), int(m["stage"]))
+    if m := _INPUT.match(text):
+        return StageInput(int(m["d"]), m["phase"], int(m["mb"]), int(m["stage"]))
     if m := _TENSOR.match(text):
         return TensorPiece(int(m["d"]), m["piece"])
     if m := _EXPERT.match(text):

@@ -22,106 +22,13 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clustersim.schedules.ir import GRADIENT_PHASES, PIPELINE_PHASES, Collective, Compute, Op, Phase, Program
+from clustersim.schedules.ir import GRADIENT_PHASES, PIPELINE_PHASES, Collective, Compute, Op, Phase, Program, Recv
 from clustersim.schedules.layout import Layout
-from clustersim.schedules.tags import CollectiveTag, ExpertPiece, GradSync, TensorPiece
+from clustersim.schedules.stage_pieces import UNIT_ITEM, tp_stage_plan
+from clustersim.schedules.tags import CollectiveTag, ExpertPiece, GradSync, StageInput, TensorPiece
 
 TP_STREAM = "tp"
 EP_STREAM = "ep"
-Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the collective ending it, its group)
-
-
-def tp_stage_plan(
-    phase: Phase,
-    layers: int | list[bool],
-    first: bool,
-    last: bool,
-    sequence_parallel: bool,
-    recompute_full: bool = False,
-    *,
-    tp: int,
-    ep: int = 1,
-) -> list[Piece]:
-    """The pieces of one stage op, in order, cut at its tensor-parallel collectives (tp > 1) and
-    its MoE layers' expert-parallel all-to-alls (ep > 1). `layers`: how many (dense) layers, or
-    for each layer whether its MLP is a mixture of experts.
-
-    Work items: "F.embed", "F.attn", "F.mlp", "F.head" (forward of the vocab-parallel embedding, a
-    layer's attention or MLP, the LM head with its share of the cross-entropy), for an MoE MLP
-    "F.router" and "F.experts", and the same with "B." for their backward; layernorms, residuals
-    and the loss are too small to count and belong to no item. With tensor parallelism, forward,
-    no sequence parallelism: [embed -> all-reduce] + per layer [attention -> all-reduce, MLP ->
-    all-reduce] + [head -> all-gather of each rank's (log-sum-exp, target logit)] + the rest.
-    Backward: [head -> all-reduce of its input gradient] + per layer [MLP -> all-reduce, attention
-    -> all-reduce] + [embedding]. Sequence parallelism: forward [embed -> reduce-scatter] + per
-    layer [all-gather, attention -> reduce-scatter, all-gather, MLP -> reduce-scatter] +
-    [all-gather, head -> all-gather]; backward [head -> reduce-scatter] + per layer [all-gather,
-    MLP -> reduce-scatter, all-gather, attention -> reduce-scatter] + [all-gather, embedding]. An
-    MoE MLP is router -> all-to-all (counts, group "ep_counts") -> all-to-all (dispatch) -> experts
-    -> all-to-all (combine) in the forward and all-to-all -> experts -> all-to-all -> router in the
-    backward (groups "ep"), inside the same tensor-parallel collectives. Full recompute runs the
-    forward's pieces again first (its last piece merging into the backward's first).
-    """
-    moe = [False] * layers if isinstance(layers, int) else list(layers)
-    tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep) if phase == Phase.F else []
-    if phase == Phase.B:
-        if recompute_full:
-            tokens = _forward_tokens(moe, first, last, sequence_parallel, tp, ep)
-        tokens += _backward_tokens(moe, first, last, sequence_parallel, tp, ep)
-    elif phase != Phase.F:
-        raise ValueError(f"stage pieces belong to F or B ops, not {phase!r}")
-    pieces: list[Piece] = []
-    items: list[str] = []
-    for token in tokens:
-        if isinstance(token, str):
-            items.append(token)
-        else:
-            pieces.append((tuple(items), *token))
-            items = []
-    return pieces + [(tuple(items), None, None)]
-
-
-def _around(body: list, sp: bool, tp: int) -> list:
-    """A sublayer entered through f and left through g (Megatron), for tp > 1."""
-    if tp == 1:
-        return body
-    return ([("all_gather", "tp")] if sp else []) + body + [("reduce_scatter" if sp else "all_reduce", "tp")]
-
-
-def _mlp(phase: Phase, moe: bool, ep: int) -> list:
-    """A dense MLP, or an MoE one: the forward routes, tells every rank how many rows per expert
-    are coming (a small all-to-all of counts), dispatches, runs the local experts and combines; the
-    backward sends the output gradients back along the same routes (counts known) and returns."""
-    if not moe:
-        return [f"{phase}.mlp"]
-    exchange = [("all_to_all", "ep")] if ep > 1 else []
-    if phase == Phase.F:
-        counts = [("all_to_all", "ep_counts")] if ep > 1 else []
-        return [f"{phase}.router", *counts, *exchange, f"{phase}.experts", *exchange]
-    return [*exchange, f"{phase}.experts", *exchange, f"{phase}.router"]
-
-
-def _forward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int) -> list:
-    tokens: list = []
-    if first:
-        tokens += ["F.embed"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
-    for is_moe in moe:
-        tokens += _around(["F.attn"], sp, tp) + _around(_mlp(Phase.F, is_moe, ep), sp, tp)
-    if last:
-        tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["F.head"]
-        tokens += [("all_gather", "tp")] if tp > 1 else []
-    return tokens
-
-
-def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int) -> list:
-    tokens: list = []
-    if last:
-        tokens += ["B.head"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
-    for is_moe in reversed(moe):
-        tokens += _around(_mlp(Phase.B, is_moe, ep), sp, tp) + _around(["B.attn"], sp, tp)
-    if first:
-        tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["B.embed"]
-    return tokens
 
 
 @dataclass(frozen=True)
@@ -131,6 +38,9 @@ class TensorParallelPlan:
     stage_layers: Callable[[int], list[bool]]  # stage -> for each of its layers, whether its MLP is MoE
     sequence_parallel: bool
     recompute_full: bool  # the backward runs the forward's pieces again first
+    unit_layers: int | None = None  # ZeRO 3: cut at every unit of this many layers (tp_stage_plan)
+    # Megatron's scatter/gather of pipeline messages: each rank received 1/t of one (tp > 1)
+    scatter_gather: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,14 +81,24 @@ PlannedPiece = tuple[tuple[str, ...], str | None, str | None, float]  # a Piece 
 
 def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPlan, costs: PieceCosts) -> Program:
     """The program with each forward and backward cut into pieces at its tensor-parallel
-    collectives and its MoE layers' expert-parallel all-to-alls (`tp_stage_plan`).
+    collectives and its MoE layers' expert-parallel all-to-alls (`tp_stage_plan`), and (ZeRO 3,
+    `plan.unit_layers`) where its units start; an op cut at units alone keeps its FLOPs, shared
+    among the pieces as their work items' FLOPs are. With `plan.scatter_gather` each pipeline
+    message arrives as t chunks of 1/t (one per rank of the group, Megatron-LM's
+    scatter_gather_tensors_in_pipeline) and is all-gathered over the group before use.
 
     Ops that used a whole op's result (its send, the next stage on the same rank, data-parallel
-    reductions) wait for its last piece. With tp = 1 and no expert-parallel MoE layer there is
-    nothing to cut and the program is returned as it is.
+    reductions) wait for its last piece. With tp = 1, no expert-parallel MoE layer and no stage of
+    more than one unit there is nothing to cut and the program is returned as it is.
     """
     stage_layers = plan.stage_layers
-    cut = {stage: layout.tp > 1 or (layout.ep > 1 and any(stage_layers(stage))) for stage in range(program.num_stages)}
+    at_collectives = {
+        stage: layout.tp > 1 or (layout.ep > 1 and any(stage_layers(stage))) for stage in range(program.num_stages)
+    }
+    cut = {
+        stage: by_collective or (plan.unit_layers is not None and len(stage_layers(stage)) > plan.unit_layers)
+        for stage, by_collective in at_collectives.items()
+    }
     if not any(cut.values()):
         return program
     ops: dict[int, list[Op]] = {}
@@ -186,6 +106,8 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
 
     def item_cost(item: str, stage: int, split: bool) -> float:
         """An item's FLOPs; in a split backward's B, less its weight gradient (the W op's)."""
+        if item == UNIT_ITEM:
+            return 0.0
         flops = costs.item_flops(item, stage)
         return flops - costs.item_weight_flops(item, stage) if split and item.startswith("B.") else flops
 
@@ -204,15 +126,17 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                     plan.recompute_full,
                     tp=layout.tp,
                     ep=layout.ep,
+                    unit_layers=plan.unit_layers,
                 )
             ]
         return plans[(phase, stage, split)]
 
     # one tag object per collective, shared by its members (fewer objects on big programs)
-    tensor_piece, expert_piece, grad_sync = (
+    tensor_piece, expert_piece, grad_sync, stage_input = (
         functools.cache(TensorPiece),
         functools.cache(ExpertPiece),
         functools.cache(GradSync),
+        functools.cache(StageInput),
     )
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
@@ -247,8 +171,23 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                 out.append(sync)
                 synced[op.stage] = sync.label
 
+        gathered: dict[str, str] = {}  # a chunked message's RECV label -> its all-gather's
         for op in program.ops[rank]:
             deps = tuple(renamed.get(dep, dep) for dep in op.deps)
+            deps += tuple(gathered[dep] for dep in op.deps if dep in gathered)
+            if isinstance(op, Recv) and plan.scatter_gather and layout.tp > 1:  # gather the t chunks first
+                phase, mb, stage = op.tag
+                gather = Collective(
+                    "all_gather",
+                    stage_input(d, str(phase), mb, stage),
+                    groups["tp"][0],
+                    costs.activation_bytes,
+                    stream=TP_STREAM,
+                    deps=(op.label,),
+                )
+                out += [op, gather]
+                gathered[op.label] = gather.label
+                continue
             if not (isinstance(op, Compute) and op.phase in PIPELINE_PHASES and cut[op.stage]):
                 if isinstance(op, Compute) and op.phase == Phase.OPT and op.stage in synced:
                     deps += (synced[op.stage],)
@@ -256,11 +195,18 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                 if isinstance(op, Compute) and op.phase == Phase.W and cut[op.stage]:  # a W is whole: no collective
                     sync_after(op, op.label)
                 continue
-            for part, (items, kind, on, flops) in enumerate(
-                plan_of(op.phase, op.stage, (op.microbatch, op.stage) in split)
-            ):
+            pieces = plan_of(op.phase, op.stage, (op.microbatch, op.stage) in split)
+            share = op.flops / sum(p[3] for p in pieces) if not at_collectives[op.stage] else 1.0
+            for part, (items, kind, on, flops) in enumerate(pieces):
                 piece = Compute(
-                    op.phase, op.microbatch, op.stage, flops, op.nbytes if part == 0 else 0.0, op.stream, deps, part
+                    op.phase,
+                    op.microbatch,
+                    op.stage,
+                    flops * share,
+                    op.nbytes if part == 0 else 0.0,
+                    op.stream,
+                    deps,
+                    part,
                 )
                 out.append(piece)
                 if kind is not None and on is not None:

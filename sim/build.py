@@ -4,18 +4,21 @@ model's numerics and the compute cost of an op. Pure functions of the scenario."
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Callable, Collection
 
 import networkx as nx
 
 from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
-from clustersim.schedules.ir import Compute, Program
+from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import build_program, placement, rank_order
+from clustersim.schedules.stage_pieces import tp_stage_plan, unit_starts
 from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.validate import validate
+from clustersim.schedules.zero3 import UnitStarts
 from clustersim.sim.collectives.nccl import NCCL
 from clustersim.sim.cost import compute as cost
 from clustersim.sim.cost.kernel_times import KernelTimes
@@ -32,6 +35,7 @@ from clustersim.sim.cost.stages import (
     tensor_parallel_item_weight_flops,
     weight_bytes,
 )
+from clustersim.sim.cost.units import cut_unit_layers, layer_bytes, unit_bucket_groups, unit_weight_bytes
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
 from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
@@ -40,6 +44,7 @@ from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.scale.execution import members_held
 from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.sim.scenario.schema import Scenario
+from clustersim.sim.scenario.sections import ParallelSection
 from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape
 from clustersim.topologies.registry import TOPOLOGIES
 
@@ -80,7 +85,8 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     p, m = scenario.parallel, scenario.model_spec
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
-    act_bytes = layer_act / p.tp if p.sequence_parallel else layer_act  # sequence parallel: each rank's shard
+    split = p.sequence_parallel or scatter_gather(p)  # each rank sends its 1/tp: its sequence shard, or a chunk
+    act_bytes = layer_act / p.tp if split else layer_act
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     t = scenario.training
     redo = [
@@ -108,10 +114,13 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
         if representatives is None or ranks[0] in representatives
     ]
     moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
+    plan = TensorParallelPlan(
+        moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full", cut_unit_layers(p), scatter_gather(p)
+    )
     program = add_tensor_parallel(
         Program.merge(replicas),
         layout,
-        TensorParallelPlan(moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full"),
+        plan,
         PieceCosts(
             tensor_parallel_item_flops(scenario),
             activation_bytes=layer_act,
@@ -123,7 +132,16 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
         ),
     )
     program = add_data_parallel(
-        program, layout, lambda s: weight_bytes(scenario, s), p.zero, p.bucket, lambda s: expert_bytes(scenario, s)
+        program,
+        layout,
+        lambda s: weight_bytes(scenario, s),
+        p.zero,
+        p.bucket,
+        lambda s: expert_bytes(scenario, s),
+        (functools.partial(unit_weight_bytes, scenario), _unit_starts(plan, layout, p.num_stages), p.zero3_prefetch),
+        (lambda s: layer_bytes(scenario, s), _unit_starts(plan, layout, p.num_stages))
+        if p.megatron.overlap_grad_reduce
+        else None,
     )
     if not check:
         return program
@@ -132,6 +150,34 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
     else:
         validate(program, members_held(program))
     return program
+
+
+def scatter_gather(p: ParallelSection) -> bool:
+    """Whether pipeline messages travel as tp chunks, all-gathered on receipt (Megatron's scatter/
+    gather, parallel.megatron.scatter_gather; with sequence parallelism they are split already)."""
+    return p.megatron.scatter_gather and p.tp > 1 and not p.sequence_parallel
+
+
+def _unit_starts(plan: TensorParallelPlan, layout: Layout, num_stages: int) -> UnitStarts:
+    """The piece each unit of a cut stage op starts in (stage_pieces.unit_starts of the same plan
+    add_tensor_parallel cut it by)."""
+
+    @functools.cache
+    def starts(phase: Phase, stage: int, split: bool) -> tuple[int, ...]:
+        pieces = tp_stage_plan(
+            phase,
+            plan.stage_layers(stage),
+            stage == 0,
+            stage == num_stages - 1,
+            plan.sequence_parallel,
+            plan.recompute_full,
+            tp=layout.tp,
+            ep=layout.ep,
+            unit_layers=plan.unit_layers,
+        )
+        return unit_starts(pieces)
+
+    return starts
 
 
 def compute_time_fn(scenario: Scenario) -> Callable[[Compute], float]:
@@ -195,8 +241,9 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     if p.dp == 1 and p.tp == 1:
         return PipelineNumerics(cfg, placements[0], step)
     experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
+    groups = unit_bucket_groups(scenario)
     buckets = {
-        (what, s): len(bucket_sizes(size, p.bucket))
+        (what, s): len(bucket_sizes(size, p.bucket)) if groups is None or what == "egrads" else len(groups(s))
         for s in range(p.num_stages)
         for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))
     }
@@ -206,7 +253,8 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         step,
         p.zero if p.dp > 1 else 0,
         buckets,
-        Sharding(tp=p.tp, sequence_parallel=p.sequence_parallel, ep=p.ep),
+        Sharding(p.tp, p.sequence_parallel, p.ep, unit_layers=cut_unit_layers(p), scatter_gather=scatter_gather(p)),
+        groups,
     )
 
 

@@ -30,15 +30,23 @@ def stage_params(scenario: Scenario, stage: int) -> float:
     vocabulary too; the few replicated layernorm and bias parameters are counted split as well)
     but an MoE layer's MLP, which splits its tokens instead: every rank holds its router, shared
     experts and E/ep routed experts whole (`moe_whole_params`)."""
-    m, num_stages = scenario.model_spec, scenario.parallel.num_stages
-    params = sum(cost.model_layer_params(m, i) for i in stage_layer_range(scenario, stage))
+    last = scenario.parallel.num_stages - 1
+    return layers_params(scenario, stage_layer_range(scenario, stage), stage == 0, stage == last)
+
+
+def layers_params(scenario: Scenario, layers: range, embed: bool, head: bool) -> float:
+    """`stage_params` of some layers, with the embeddings (`embed`) and the LM head (`head`) or
+    without: a stage's, or one ZeRO-3 unit's (sim.cost.units)."""
+    m = scenario.model_spec
+    params = sum(cost.model_layer_params(m, i) for i in layers)
+    moe_layers = sum(m.moe is not None and m.moe.is_moe_layer(i) for i in layers)
     if m.moe is not None:  # every MoE MLP parameter; this rank's come back whole below
-        params -= sum(stage_moe_layers(scenario, stage)) * cost.moe_mlp_params(m.hidden, m.moe, m.gated_mlp)
-    if stage == 0:
+        params -= moe_layers * cost.moe_mlp_params(m.hidden, m.moe, m.gated_mlp)
+    if embed:
         params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
-    if stage == num_stages - 1:
+    if head:
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
-    return params / scenario.parallel.tp + moe_whole_params(scenario, stage)
+    return params / scenario.parallel.tp + _moe_whole_params(scenario, moe_layers)
 
 
 def layer_activation_bytes(scenario: Scenario) -> float:
@@ -134,15 +142,17 @@ def moe_whole_params(scenario: Scenario, stage: int) -> float:
     layer's h x E router, shared experts and the rank's E/ep routed experts. The tensor-parallel
     group splits an MoE MLP's tokens, not its weights (Megatron-Core's expert tensor parallel 1),
     so each rank's gradients of these are partial sums over the group (`partial_grad_params`)."""
+    return _moe_whole_params(scenario, sum(stage_moe_layers(scenario, stage)))
+
+
+def _moe_whole_params(scenario: Scenario, moe_layers: int) -> float:
+    """`moe_whole_params` of `moe_layers` MoE layers."""
     m = scenario.model_spec
     if m.moe is None:
         return 0.0
-    router_and_shared = m.hidden * m.moe.num_experts + m.moe.shared_experts * cost.mlp_params(
-        m.hidden, m.moe.expert_ffn, m.gated_mlp
-    )
-    return sum(stage_moe_layers(scenario, stage)) * router_and_shared + routed_expert_params(
-        scenario, stage, m.moe.num_experts // scenario.parallel.ep
-    )
+    expert = cost.mlp_params(m.hidden, m.moe.expert_ffn, m.gated_mlp)
+    router_and_shared = m.hidden * m.moe.num_experts + m.moe.shared_experts * expert
+    return moe_layers * router_and_shared + moe_layers * (m.moe.num_experts // scenario.parallel.ep) * expert
 
 
 def expert_bytes(scenario: Scenario, stage: int) -> float:

@@ -3,12 +3,16 @@ order, cut into the program's buckets (numpy.array_split), each bucket cut into 
 data-parallel ranks reducing it (array_split again). A reduce-scatter leaves rank i with chunk i
 of each bucket, the only part its ZeRO optimizer steps and the weight all-gather then spreads.
 
+Under ZeRO 3 a set is flattened unit by unit (schedules.zero3) and each unit is one bucket.
+
 A stage has two gradient sets: "grads" (every parameter but the expert-parallel experts) reduced
 over all dp replicas, and "egrads" (this rank's experts, ep > 1) reduced over the dp / ep
 replicas holding the same experts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -42,6 +46,30 @@ def set_names(names: list[str], what: str, own_experts: set[str] | None) -> list
     return [n for n in names if (n in routed) == (what == "egrads") and routed.get(n, "") in own_experts | {""}]
 
 
+def unit_of_name(units: list[range]) -> Callable[[str], int]:
+    """ZeRO 3: parameter name -> the unit (its layers: `units`, schedules.zero3.unit_ranges) of a
+    stage holding it: layer{i}.* its layer's, the embeddings the first, the final layernorm and
+    head the last."""
+    of_layer = {i: k for k, layers in enumerate(units) for i in layers}
+
+    def unit(name: str) -> int:
+        if name.startswith("layer"):
+            return of_layer[int(name.partition(".")[0][len("layer") :])]
+        return 0 if name.startswith("embed.") else len(units) - 1
+
+    return unit
+
+
+def unit_sizes(
+    tensors: dict[str, np.ndarray], names: list[str], unit: Callable[[str], int], buckets: list[range]
+) -> list[int]:
+    """Elements of the named tensors in each bucket of whole units (`buckets`: the units of each)."""
+    sizes = [0] * (1 + max(map(unit, names)))
+    for name in names:
+        sizes[unit(name)] += tensors[name].size
+    return [sum(sizes[u] for u in units) for units in buckets]
+
+
 class Buckets:
     """Bucket and chunk bounds of each (gradient set, stage), for `dp` replicas of which every
     `ep` consecutive ones hold different experts. `counts[(set, stage)]`: how many buckets the
@@ -58,6 +86,12 @@ class Buckets:
             edges = split_bounds(size, self.counts[(what, stage)]).tolist()
             self._bounds[key] = list(zip(edges[:-1], edges[1:]))
         return self._bounds[key]
+
+    def fix(self, what: str, stage: int, sizes: list[int]) -> None:
+        """Cut set `what` of a stage at given bucket sizes (ZeRO 3: one bucket per unit, its
+        flat parameters) instead of into equal parts."""
+        edges = np.cumsum([0, *sizes]).tolist()
+        self._bounds[(what, stage, edges[-1])] = list(zip(edges[:-1], edges[1:]))
 
     def chunk(self, d: int, what: str, lo: int, hi: int) -> tuple[int, int]:
         """Replica d's chunk [lo', hi') of the bucket [lo, hi): its index's piece among the

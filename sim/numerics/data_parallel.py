@@ -7,29 +7,30 @@ loss scaled by 1/m; the gradient collectives sum the replicas' gradients, and th
 by dp (as DDP averages), which gives the gradient of the mean loss over the global batch.
 
 A stage's gradients (and weights) are flattened and cut into buckets and chunks as
-sim/numerics/buckets.py says; the collectives' tags (schedules.tags) name the stage, the set and
-the bucket they carry. Under ZeRO 3 a rank keeps only its chunks of the
-weights between ops: the rest is NaN, so a forward or backward that runs without its gather
-poisons the result instead of passing by accident.
+sim/numerics/buckets.py says (ZeRO 3: a bucket per unit); the collectives' tags (schedules.tags)
+name the stage, the set and the bucket (or unit) they carry. Under ZeRO 3 a rank keeps only its
+chunks of the weights between ops: the rest is NaN, so a piece that runs without its unit's
+gather poisons the result instead of passing by accident.
 
 With tensor parallelism t, replica d is t pipelines, one per tensor-parallel rank, each holding
 its shards (a PipelineNumerics with tp = t); the data-parallel groups join the pipelines of equal
-tensor-parallel rank, and tensor-parallel collectives go to the pipeline they belong to.
-
-With expert parallelism (ep > 1) replica d is expert-parallel rank d mod ep of its MoE layers and
-uses only that rank's experts; their gradients (the "egrads" set) are reduced among the
-replicas holding the same experts, the other gradients over all replicas as before. Each set is
-flattened and bucketed on its own, as the program's collectives are.
+tensor-parallel rank, and tensor-parallel collectives go to the pipeline they belong to. With
+expert parallelism (ep > 1) replica d is expert-parallel rank d mod ep of its MoE layers and uses
+only that rank's experts, whose gradients (set "egrads", flattened and bucketed on its own) are
+reduced among the replicas holding the same experts, the rest over all replicas.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from clustersim.schedules.ir import PIPELINE_PHASES, Collective, Compute, Phase, Recv, Send
 from clustersim.schedules.tags import GradBucket, ParamBucket, ParamGather
 from clustersim.schedules.tensor_parallel import EP_STREAM, TP_STREAM
-from clustersim.sim.numerics.buckets import GRADIENT_SETS, Buckets, flat, set_names, unflat
+from clustersim.schedules.zero3 import unit_ranges
+from clustersim.sim.numerics.buckets import GRADIENT_SETS, Buckets, flat, set_names, unflat, unit_of_name, unit_sizes
 from clustersim.sim.numerics.moe import experts_of_rank
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.pipeline import PipelineNumerics
@@ -37,7 +38,7 @@ from clustersim.sim.numerics.plan import UNSHARDED, Sharding, TrainingStep, make
 from clustersim.sim.numerics.reference import max_errors, reference_step
 from clustersim.sim.numerics.routing import routing_summary
 from clustersim.sim.numerics.sharding import is_sharded, unshard_params
-from clustersim.sim.numerics.stages import StageModel
+from clustersim.sim.numerics.stages import StageModel, stage_layers
 from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
 from clustersim.sim.numerics.transformer import ShadowConfig, init_params
 
@@ -55,37 +56,40 @@ class DataParallelNumerics:
         zero: int,
         buckets: dict[tuple[str, int], int],
         sharding: Sharding = UNSHARDED,
+        unit_buckets: Callable[[int], list[range]] | None = None,
     ):
         """`replicas`: every pipeline's placement, replica-major: pipeline i is tensor-parallel rank
         i % tp of data-parallel replica i // tp. `buckets[(set, stage)]`: how many buckets the
         program cuts a stage's gradient set into, set "grads" (all but the expert-parallel
         experts) or "egrads" (those experts, ep > 1). `sharding`: the split of every pipeline
-        (its ranks are each pipeline's own)."""
+        (its ranks are each pipeline's own). `unit_buckets(stage)`: the units in each "grads"
+        bucket of whole units (overlapped; ZeRO 3 default: one each), flattened unit by unit."""
         tp, ep = sharding.tp, sharding.ep
         self.cfg, self.step, self.zero, self.tp = cfg, step, zero, tp
         self.dp, self.ep = len(replicas) // tp, ep
         rows = step.rows
         self.tokens, self.targets = make_batch(cfg, step.seed, self.dp * rows)  # (dp*m*b, s)
+        rows_of = [slice(d * rows, (d + 1) * rows) for d in range(self.dp)]  # replica d's rows of the batch
+        data = [(self.tokens[r], self.targets[r]) for r in rows_of]
         self.replicas = [
-            PipelineNumerics(
-                cfg,
-                placement,
-                step,
-                sharding.at(tp_rank=i % tp, ep_rank=i // tp % ep),
-                data=(
-                    self.tokens[i // tp * rows : (i // tp + 1) * rows],
-                    self.targets[i // tp * rows : (i // tp + 1) * rows],
-                ),
-            )
-            for i, placement in enumerate(replicas)
+            PipelineNumerics(cfg, where, step, sharding.at(tp_rank=i % tp, ep_rank=i // tp % ep), data=data[i // tp])
+            for i, where in enumerate(replicas)
         ]
         self.replica_of = {rank: d for d, placement in enumerate(replicas) for rank in placement.values()}
         self.buckets = Buckets(buckets, self.dp, ep)
         self.shard_optimizers: dict[tuple[int, int], Adam | SGD] = {}  # (rank, stage) -> optimizer of its chunks
-        self.gathered: dict[tuple[int, str], np.ndarray] = {}  # ZeRO 3: (rank, consumer op) -> full weights
-        if zero == 3:
-            for rank in self.replica_of:
-                for stage in self._stages_of(rank):
+        # ZeRO 3: (rank, piece a unit starts in) -> (unit, the stage's weights with that unit's filled in)
+        self.gathered: dict[tuple[int, str], tuple[int, np.ndarray]] = {}
+        num_stages = len(replicas[0])
+        units = [unit_ranges(stage_layers(cfg, s, num_stages), sharding.unit_layers) for s in range(num_stages)]
+        self.unit_of = [unit_of_name(stage_units) for stage_units in units]  # stage -> (name -> its unit)
+        groups = unit_buckets or (lambda s: [range(k, k + 1) for k in range(len(units[s]))])  # ZeRO 3: one each
+        self.by_unit = unit_buckets is not None or zero == 3
+        for rank in self.replica_of if self.by_unit else ():
+            for stage in self._stages_of(rank):
+                params, names = self._stage(rank, stage).params, self._names(rank, stage, "grads")
+                self.buckets.fix("grads", stage, unit_sizes(params, names, self.unit_of[stage], groups(stage)))
+                if zero == 3:
                     self._keep_only_own_chunks(rank, stage)
 
     # -- a rank's stages, sets and chunks --------------------------------------------------------
@@ -104,7 +108,8 @@ class DataParallelNumerics:
             assert self.cfg.moe is not None  # ep > 1 needs MoE layers (sim.scenario)
             ep_rank = self.replica_of[rank] // self.tp % self.ep
             own = {f"expert{e}" for e in experts_of_rank(ep_rank, self.cfg.moe.num_experts, self.ep)}
-        return set_names(list(self._stage(rank, stage).params), what, own)
+        names = set_names(list(self._stage(rank, stage).params), what, own)
+        return sorted(names, key=self.unit_of[stage]) if self.by_unit else names  # unit by unit
 
     def _chunk(self, rank: int, what: str, lo: int, hi: int) -> tuple[int, int]:
         """This rank's chunk of the bucket [lo, hi) of set `what` (Buckets.chunk)."""
@@ -131,14 +136,16 @@ class DataParallelNumerics:
         if op.phase == Phase.OPT and self.zero >= 1:
             self._step_chunks(rank, op)
             return
-        if self.zero == 3 and op.phase in PIPELINE_PHASES and not op.part:  # an op's first piece brings the weights
-            if (rank, op.label) not in self.gathered:
+        if self.zero == 3 and op.phase in PIPELINE_PHASES:  # a unit's first piece brings its weights
+            if (rank, op.label) in self.gathered:  # freed when the op ends: a piece after a unit's
+                unit, gathered = self.gathered.pop((rank, op.label))  # last collective adds its bias
+                params, names = self._stage(rank, op.stage).params, self._names(rank, op.stage, "grads")
+                weights = flat(params, names)
+                lo, hi = self.buckets.bounds("grads", op.stage, weights.size)[unit]
+                weights[lo:hi] = gathered[lo:hi]
+                unflat(weights, params, names)
+            elif not op.part:
                 raise RuntimeError(f"rank {rank}, {op.label}: runs before its weights were gathered")
-            unflat(
-                self.gathered.pop((rank, op.label)),
-                self._stage(rank, op.stage).params,
-                self._names(rank, op.stage, "grads"),
-            )
         finished = replica.advance(rank, op)
         if self.zero == 3 and op.phase in PIPELINE_PHASES and finished:
             self._keep_only_own_chunks(rank, op.stage)  # free the gathered weights
@@ -165,7 +172,7 @@ class DataParallelNumerics:
             return grads[lo:hi].copy()
         weights = flat(stage_model.params, names)
         bounds = self.buckets.bounds(what, tag.stage, weights.size)
-        chosen = [bounds[tag.bucket]] if isinstance(tag, ParamBucket) else bounds  # zero 3 gathers the whole stage
+        chosen = [bounds[tag.bucket if isinstance(tag, ParamBucket) else tag.unit]]  # zero 3: a unit's
         return np.concatenate([weights[slice(*self._chunk(rank, what, lo, hi))] for lo, hi in chosen])
 
     def collective_output(self, rank: int, op: Collective, result: object) -> None:
@@ -190,15 +197,15 @@ class DataParallelNumerics:
                 values[lo:hi] = np.nan
                 values[a:b] = result / self.dp
         else:  # all_gather: member after member (group order), each one's chunks bucket by bucket
-            chosen = [bounds[tag.bucket]] if isinstance(tag, ParamBucket) else bounds
+            chosen = [bounds[tag.bucket if isinstance(tag, ParamBucket) else tag.unit]]
             offset = 0
             for member in op.group:
                 for lo, hi in chosen:
                     a, b = self._chunk(member, what, lo, hi)
                     values[a:b] = result[offset : offset + b - a]
                     offset += b - a
-            if isinstance(tag, ParamGather):  # ZeRO 3: a copy for the one op that asked for it (prefetch)
-                self.gathered[(rank, tag.consumer)] = values
+            if isinstance(tag, ParamGather):  # ZeRO 3: a copy for the one piece that asked for it (prefetch)
+                self.gathered[(rank, tag.consumer)] = (tag.unit, values)
                 return
         unflat(values, target, names)
 

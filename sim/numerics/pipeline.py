@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from clustersim.schedules.ir import Collective, Compute, MessageTag, Phase, Recv, Send
-from clustersim.schedules.tags import GradSync
+from clustersim.schedules.tags import GradSync, StageInput
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.plan import UNSHARDED, Sharding, TrainingStep, make_batch
 from clustersim.sim.numerics.reference import max_errors, reference_step
 from clustersim.sim.numerics.routing import routing_summary
 from clustersim.sim.numerics.stages import StageModel
-from clustersim.sim.numerics.tensor_parallel import TensorParallelStage
+from clustersim.sim.numerics.tensor_parallel import UNIT_BOUNDARY, TensorParallelStage
 from clustersim.sim.numerics.transformer import ShadowConfig, init_params
 
 Request = tuple  # what a stage generator yields: (kind, this rank's input[, work])
@@ -59,6 +59,7 @@ class PipelineNumerics:
         self.stage_to_rank = dict(stage_to_rank)
         self.tokens, self.targets = data or make_batch(cfg, step.seed, step.rows)  # (m*b, s)
         params = init_params(cfg, step.seed)
+        self.sharding = sharding
         self.in_pieces = sharding.in_pieces  # stages run as generators that yield their collectives
         self.stages: list[StageModel] | list[TensorParallelStage]
         if self.in_pieces:
@@ -89,7 +90,7 @@ class PipelineNumerics:
             raise RuntimeError(f"rank {rank} holds no pipeline stage (stage_to_rank: {self.stage_to_rank})")
         return self.store[rank]
 
-    def _take(self, rank: int, op: Compute, tag: MessageTag, what: str) -> np.ndarray:
+    def _take(self, rank: int, op: Compute | Collective, tag: MessageTag, what: str) -> np.ndarray:
         store = self._rank_store(rank)
         if tag not in store:
             raise RuntimeError(f"rank {rank}, {op.label}: {what} {tag} used before it arrived")
@@ -160,8 +161,8 @@ class PipelineNumerics:
             raise RuntimeError(
                 f"rank {rank}, {op.label}: runs while {self.running.get(rank, ('nothing',))[0]} is the op in progress"
             )
-        whole, run, _ = self.running[rank]
-        if op.part and answer is None:
+        whole, run, parked = self.running[rank]
+        if op.part and answer is None and (parked is None or parked[0] != UNIT_BOUNDARY):
             raise RuntimeError(f"rank {rank}, {op.label}: runs before the collective that ends piece {op.part - 1}")
         try:
             request = run.send(answer) if op.part else next(run)
@@ -182,6 +183,8 @@ class PipelineNumerics:
         """This rank's input to the tensor- or expert-parallel collective `op` (a pipeline's own):
         what its op in progress asked for, or (a GradSync) the replicated parameters' gradients to
         sum before the step."""
+        if isinstance(op.tag, StageInput):  # the chunk of a pipeline message this rank received
+            return self._take(rank, op, _message(op.tag), "chunk of")
         if isinstance(op.tag, GradSync):
             stage = self.stages[op.tag.stage]
             assert isinstance(stage, TensorParallelStage)  # a gradient sum needs a tensor-parallel group
@@ -202,6 +205,10 @@ class PipelineNumerics:
         written into the gradients at once."""
         if not isinstance(result, np.ndarray):
             raise TypeError(f"rank {rank}, {op.label}: the collective's result is not an array")
+        if isinstance(op.tag, StageInput):  # the t chunks, in rank order: the whole message
+            b, s, h = self.micro_batch_size, self.cfg.seq_len, self.cfg.hidden
+            self._rank_store(rank)[_message(op.tag)] = result.reshape(b, s, h)
+            return
         if not isinstance(op.tag, GradSync):
             self.answers[rank] = result
             return
@@ -223,10 +230,13 @@ class PipelineNumerics:
         self.stepped.add(s)
 
     def send_payload(self, rank: int, op: Send) -> np.ndarray:
-        """The array `op` carries; it stays in the sender's store."""
+        """The array `op` carries, or under scatter/gather this rank's 1/t chunk of it (flat); it
+        stays in the sender's store."""
         store = self._rank_store(rank)
         if op.tag not in store:
             raise RuntimeError(f"rank {rank}, {op.label}: {MessageTag(*op.tag)} sent before it was computed")
+        if self.sharding.scatter_gather:
+            return np.array_split(store[op.tag].ravel(), self.sharding.tp)[self.sharding.tp_rank].copy()
         return store[op.tag]
 
     def receive(self, rank: int, op: Recv, payload: object) -> None:
@@ -271,3 +281,8 @@ class PipelineNumerics:
             "params_compared": len(params),
             **(routing_summary(ref.routings, self.cfg.moe.num_experts) if self.cfg.moe else {}),
         }
+
+
+def _message(tag: StageInput) -> MessageTag:
+    """The pipeline message a StageInput gather puts together."""
+    return MessageTag(Phase(tag.phase), tag.microbatch, tag.stage)

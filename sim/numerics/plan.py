@@ -46,13 +46,17 @@ class TrainingStep:
 @dataclass(frozen=True)
 class Sharding:
     """A pipeline's place in its tensor-parallel group (`tp_rank` of `tp`, sequence parallel or
-    not) and in its MoE layers' expert-parallel groups (`ep_rank` of `ep`)."""
+    not) and in its MoE layers' expert-parallel groups (`ep_rank` of `ep`); `unit_layers`: ZeRO 3
+    gathers each stage's weights in units of that many layers (schedules.zero3), None: whole;
+    `scatter_gather`: each rank sends 1/t of a pipeline message (Megatron's scatter/gather)."""
 
     tp: int = 1
     sequence_parallel: bool = False
     ep: int = 1
     tp_rank: int = 0
     ep_rank: int = 0
+    unit_layers: int | None = None
+    scatter_gather: bool = False  # pipeline messages travel as t chunks, all-gathered on receipt
 
     def at(self, tp_rank: int, ep_rank: int) -> Sharding:
         """The same split, at another place in the groups."""
@@ -60,8 +64,9 @@ class Sharding:
 
     @property
     def in_pieces(self) -> bool:
-        """Whether stage ops run in pieces cut at tensor- or expert-parallel collectives."""
-        return self.tp > 1 or self.ep > 1
+        """Whether stage ops run in pieces cut at tensor- or expert-parallel collectives, or at
+        ZeRO-3 units."""
+        return self.tp > 1 or self.ep > 1 or self.unit_layers is not None
 
 
 UNSHARDED = Sharding()  # no tensor or expert parallelism: every pipeline holds whole stages

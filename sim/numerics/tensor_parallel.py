@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from clustersim.schedules.zero3 import unit_ranges
 from clustersim.sim.numerics.expert_parallel import ExpertParallelMoE
 from clustersim.sim.numerics.layers import gelu, gelu_grad
 from clustersim.sim.numerics.moe import experts_of_rank, moe_backward, moe_forward
@@ -38,6 +39,8 @@ from clustersim.sim.numerics.transformer import (
     layernorm_backward,
     layernorm_forward,
 )
+
+UNIT_BOUNDARY = "unit"  # what a generator yields where a ZeRO-3 unit ends a piece without a collective
 
 
 class _MoECache(NamedTuple):
@@ -80,6 +83,7 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
         self.sequence_parallel = sharding.sequence_parallel
         self.recompute_full = recompute_full
         self.layers = stage_layers(cfg, stage, num_stages)
+        self.units = unit_ranges(self.layers, sharding.unit_layers)  # ZeRO 3's, or one: the stage
         self.is_first = stage == 0
         self.is_last = stage == num_stages - 1
         self.params = shard_params(params, cfg, stage_param_names(cfg, stage, num_stages), self.tp, self.tp_rank)
@@ -127,33 +131,58 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
     # -- the generators -----------------------------------------------------------------------------
 
     def _forward(self, mb, inp, targets):
-        out, tape = yield from self._run_forward(inp, targets)
-        self._tapes[mb] = (inp, targets) if self.recompute_full else tape
+        x, tapes, inputs = inp, [], []
+        for k in range(len(self.units)):
+            yield from self._unit_boundary(k)
+            inputs.append(x)
+            x, tape = yield from self._unit_forward(k, x, targets)
+            tapes.append(tape)
+        self._tapes[mb] = (inputs, targets) if self.recompute_full else tapes
         if self.is_last:
-            self.losses[mb] = out
-        return out
+            self.losses[mb] = x
+        return x
 
-    def _run_forward(self, inp, targets):
+    def _unit_boundary(self, k: int):
+        """Between two ZeRO-3 units (k > 0) with no tensor-parallel collective there to end the
+        piece (tp = 1), the program's op ends a piece: yield UNIT_BOUNDARY, resumed with None."""
+        if k and self.tp == 1:
+            yield (UNIT_BOUNDARY, None)
+
+    def _unit_forward(self, k, x, targets):
+        """Unit k's layers on x (the embedding with the first unit, the head with the last)."""
         tape = []
-        x = inp
-        if self.is_first:
+        if self.is_first and k == 0:
             x, cache = yield from self._embed_forward(x)  # (b, s, h) or (b, s/t, h)
             tape.append((self._embed_backward, cache))
-        for i in self.layers:
+        for i in self.units[k]:
             x, cache = yield from self._block_forward(f"layer{i}", x)
             tape.append((self._block_backward, cache))
-        if self.is_last:
+        if self.is_last and k == len(self.units) - 1:
             x, cache = yield from self._head_forward(x, targets)
             tape.append((self._head_backward, cache))
         return x, tape
 
     def _backward(self, mb, seed, kept, split):
-        tape = (yield from self._run_forward(*kept))[1] if self.recompute_full else kept
-        dout, grads = seed, {}
-        for backward, cache in reversed(tape):
-            dout, g = yield from backward(dout, cache)
-            grads |= g
-        self._backward_done(mb, grads, split)
+        """Unit by unit, last to first; under full recompute each unit's forward runs again from
+        its kept input just before its backward (per-unit checkpointing). Each unit's gradients
+        count as it ends (ZeRO 3 reduce-scatters them then), or wait for W (`split`)."""
+        dout, kept_for_w = seed, {}
+        for j, k in enumerate(reversed(range(len(self.units)))):
+            yield from self._unit_boundary(j)
+            if self.recompute_full:
+                inputs, targets = kept
+                _, tape = yield from self._unit_forward(k, inputs[k], targets)
+            else:
+                tape = kept[k]
+            grads: dict[str, np.ndarray] = {}
+            for backward, cache in reversed(tape):
+                dout, g = yield from backward(dout, cache)
+                grads |= g
+            if split:
+                kept_for_w |= grads
+            else:
+                self._accumulate(grads)
+        self._backward_done(mb, kept_for_w, split)
         return dout
 
     def partial_grad_names(self) -> list[str]:

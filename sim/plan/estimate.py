@@ -4,9 +4,12 @@ the top ones are simulated in full).
 
 Memory: the same formulas as a run's memory timeline (sim.run.memory_of): ZeRO-sharded model
 states of the stages a rank holds (sim.cost.memory.model_state_bytes of sim.cost.stages.stage_params),
-Korthikanti's activations per layer x the layers of a stage x the most microbatches the rank
-holds at once under the schedule (sim.plan.timeline), and ZeRO-3's gathered weights: two copies
-of the largest stage (one in use, one prefetched: schedules.data_parallel).
+Korthikanti's activations per layer x the layers of a stage (and the stage output, unless
+Megatron's output deallocation frees it) x the most microbatches the rank holds at once under
+the schedule (sim.plan.timeline), and ZeRO-3's gathered units: the largest prefetch + 1
+consecutive units in the rank's compute order (sim.cost.units.peak_gathered_bytes). Exact but
+for ZeRO 3, where it is an upper bound: the gathered units' peak and the activations' are added,
+though they need not come at the same moment.
 
 Step time, for the pipeline rank that works longest:
 
@@ -35,6 +38,7 @@ from functools import lru_cache
 import networkx as nx
 
 from clustersim.schedules.ir import Phase
+from clustersim.schedules.pipeline import rank_order
 from clustersim.sim.build import build_topology, layout_of
 from clustersim.sim.collectives.run import time_collective
 from clustersim.sim.cost import compute as cost
@@ -49,6 +53,7 @@ from clustersim.sim.cost.stages import (
     stage_params,
     weight_bytes,
 )
+from clustersim.sim.cost.units import gathered_peak_bytes
 from clustersim.sim.plan.space import scenario_of
 from clustersim.sim.plan.timeline import play
 from clustersim.sim.scenario.schema import Scenario
@@ -94,14 +99,22 @@ def memory_peak_bytes(scenario: Scenario) -> float:
     """The largest rank's peak: static states + ZeRO-3 gathers + its most held activations."""
     p, m = scenario.parallel, scenario.model_spec
     played = play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, 2.0)
+    order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     per_layer = layer_activation_bytes(scenario)
     per_stage = m.layers // p.num_stages * per_layer
+    output = (
+        0.0
+        if p.megatron.deallocate_outputs
+        else cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
+        / (p.tp if p.sequence_parallel else 1)
+    )
     peaks = []
     for rank in range(p.pp):
         stages = _stages_of(scenario, rank)
         static = sum(sum(model_state_bytes(stage_params(scenario, s), p.zero, p.dp).values()) for s in stages)
-        gather = 2 * max(weight_bytes(scenario, s) for s in stages) if p.zero == 3 and p.dp > 1 else 0.0
-        peaks.append(static + gather + played.peak_inflight[rank] * per_stage)
+        gather = gathered_peak_bytes(scenario, order[rank]) if p.zero == 3 and p.dp > 1 else 0.0
+        sends = any(s < p.num_stages - 1 for s in stages)  # holds its output until the backward, if kept
+        peaks.append(static + gather + played.peak_inflight[rank] * (per_stage + (output if sends else 0.0)))
     return max(peaks)
 
 

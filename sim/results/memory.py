@@ -4,12 +4,14 @@ view of the record). `memory_of` derives those counts from a scenario's layout."
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
 from clustersim.schedules.data_parallel import DP_STREAM
 from clustersim.schedules.ir import PIPELINE_PHASES, Comm
+from clustersim.schedules.tags import ParamGather, parse_tag
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.scenario.units import format_bytes
 
@@ -63,7 +65,7 @@ def memory_timeline(
     log: EventLog,
     static_bytes: dict[int, dict[str, float]],
     activation_bytes: dict[int, dict[int, float]],
-    gather_bytes: dict[int, float] | None = None,
+    zero3: bool = False,
 ) -> MemoryTimeline:
     """Memory per rank over time, a pure function of the event log and the byte counts given.
 
@@ -75,10 +77,12 @@ def memory_timeline(
       splits one off (EventLog.held_activations: an upper bound, B frees part of them). A rank
       holding several stages (interleaved) has one entry per stage. A forward whose backward never
       ran keeps its bytes to the end.
-    - ZeRO-3 gathers (only when `gather_bytes` is given): + `gather_bytes[rank]` into "weights" when
-      a span of phase "ALL_GATHER" on the "dp" stream starts, held until the end of the rank's first F or B that starts
-      at or after the gather ends (the compute that uses the gathered weights), or until the
-      gather's own end if no compute follows.
+    - ZeRO-3 gathers (only when `zero3`): + the span's bytes (a unit's weights) into "weights" when
+      a span of phase "ALL_GATHER" on the "dp" stream starts, held until the unit's use ends:
+      from the piece its tag names (ParamGather.consumer) to the last F or B piece on the rank
+      that starts before the next gathered unit's first piece (the end of the rank's last F or B
+      piece if none follows). So a rank holds its shard (static) plus the units gathered ahead and
+      in use (schedules.zero3).
     - other: 0 unless given in `static_bytes`. The CUDA context, library workspaces, the allocator's
       fragmentation and the transient full-layer activations rebuilt during a recomputed backward are
       not modelled; spans of other
@@ -95,8 +99,8 @@ def memory_timeline(
     makespan = log.makespan_s
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(log.num_ranks)]  # (t, column, delta)
     _activation_events(log, activation_bytes, events)
-    if gather_bytes is not None:
-        _gather_events(log, gather_bytes, events)
+    if zero3:
+        _gather_events(log, events)
     ranks = []
     for rank in range(log.num_ranks):
         static = np.array(
@@ -121,23 +125,34 @@ def _activation_events(log: EventLog, activation_bytes, events) -> None:
             events[rank].append((end, column, -nbytes))
 
 
-def _gather_events(log: EventLog, gather_bytes: dict[int, float], events) -> None:
+def _gather_events(log: EventLog, events) -> None:
     column = CATEGORIES.index("weights")
-    consumers: dict[int, list[tuple[float, float]]] = {}  # rank -> sorted (start, end) of F/B ops
-    for (rank, phase, _, _), extent in log.whole_ops.items():
-        if phase in CONSUMER_PHASES:  # a W reads saved activations, not the weights
-            consumers.setdefault(rank, []).append(extent)
-    for spans in consumers.values():
-        spans.sort()
+    pieces: dict[int, list[tuple[float, float]]] = {}  # rank -> (start, end) of its F/B pieces, in order
+    starts: dict[tuple[int, str], float] = {}  # (rank, piece label) -> its start
     for span in log.spans:
-        if span.phase not in GATHER_PHASES or span.stream != DP_STREAM:  # ZeRO-3's, not sequence parallelism's
-            continue
-        if span.rank not in gather_bytes:
-            raise ValueError(f"gather_bytes has no entry for rank {span.rank} (needed by {span.label})")
-        nbytes = float(gather_bytes[span.rank])
-        release = next((end for start, end in consumers.get(span.rank, ()) if start >= span.end_s), span.end_s)
-        events[span.rank].append((span.start_s, column, nbytes))
-        events[span.rank].append((release, column, -nbytes))
+        if span.phase in CONSUMER_PHASES:  # a W reads saved activations, not the weights
+            pieces.setdefault(span.rank, []).append((span.start_s, span.end_s))
+            starts[(span.rank, span.label)] = span.start_s
+    gathers = [span for span in log.spans if span.phase in GATHER_PHASES and span.stream == DP_STREAM]
+    first: dict[tuple[int, str], float] = {}  # (rank, gather label) -> its unit's first piece's start
+    for span in gathers:  # ZeRO-3's, not sequence parallelism's
+        tag = parse_tag(span.label.partition(" ")[2])
+        if not isinstance(tag, ParamGather) or (span.rank, tag.consumer) not in starts:
+            raise ValueError(f"rank {span.rank}, {span.label}: not a ZeRO-3 gather of a piece that ran")
+        first[(span.rank, span.label)] = starts[(span.rank, tag.consumer)]
+    uses: dict[int, list[float]] = {}  # rank -> sorted starts of its gathered units' first pieces
+    for (rank, _), start in first.items():
+        uses.setdefault(rank, []).append(start)
+    for rank in uses:
+        uses[rank].sort()
+        pieces[rank].sort()
+    for span in gathers:
+        rank_pieces, begun = pieces[span.rank], first[(span.rank, span.label)]
+        following = uses[span.rank][bisect.bisect_right(uses[span.rank], begun) :]
+        until = following[0] if following else np.inf
+        last = bisect.bisect_left(rank_pieces, (until, -np.inf)) - 1  # the last piece starting before it
+        events[span.rank].append((span.start_s, column, span.nbytes))
+        events[span.rank].append((max(rank_pieces[last][1], span.end_s), column, -span.nbytes))
 
 
 def _step_function(rank: int, static: np.ndarray, rank_events, makespan_s: float) -> RankMemory:

@@ -202,6 +202,12 @@ class Scenario(Section):
                 "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
                 "expert weights among the ranks holding them); use zero 0, 1 or 2",
             )
+        if p.ep > 1 and p.megatron.overlap_grad_reduce:
+            raise FieldError(
+                "parallel.megatron.overlap_grad_reduce",
+                "with parallel.ep > 1 is not modelled yet (the experts' gradients are bucketed on "
+                "their own); turn it off",
+            )
         if n.enabled and (n.micro_batch * n.seq_len) % p.tp:
             raise FieldError(
                 "numerics.seq_len",

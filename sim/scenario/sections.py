@@ -147,6 +147,28 @@ class TrainingSection(Section):
         return DTYPE_BYTES[self.dtype]
 
 
+class MegatronSection(Section):
+    """Megatron-LM's pipeline optimisations, each a switch, on where Megatron-LM has it on."""
+
+    scatter_gather: bool = Field(
+        True,
+        description="each tensor-parallel rank sends 1/tp of a pipeline activation (or gradient) and the "
+        "receiving group all-gathers it (Megatron-LM's --scatter-gather-tensors-in-pipeline, on by "
+        "default; with sequence parallelism the tensor is split already)",
+    )
+    deallocate_outputs: bool = Field(
+        True,
+        description="free a stage output's data once it is sent (Megatron-LM's deallocate_pipeline_outputs, "
+        "set by its training loop); off: each in-flight microbatch also holds its stage's output",
+    )
+    overlap_grad_reduce: bool = Field(
+        False,
+        description="ZeRO 0-2: bucket the gradients by whole layers (parallel.bucket each at least) and "
+        "start each bucket's reduction as its layers' part of the last backward ends (Megatron-LM's "
+        "--overlap-grad-reduce, off by default); off: after the stage's last backward",
+    )
+
+
 class ParallelSection(Section):
     pp: int = Field(1, gt=0, le=MAX_DEGREE, description="pipeline-parallel stages")
     tp: int = Field(1, gt=0, le=MAX_DEGREE, description="tensor-parallel ranks (Megatron column/row split)")
@@ -164,6 +186,19 @@ class ParallelSection(Section):
         description="ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp",
     )
     bucket: Bytes = Field(25 * 2**20, description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default)")
+    zero3_unit_layers: int = Field(
+        1,
+        gt=0,
+        le=MAX_DEGREE,
+        description="ZeRO 3: layers per unit gathered at once and reduce-scattered together (FSDP's "
+        "wrapping unit; default one decoder layer, the embedding with the first, the head with the last)",
+    )
+    zero3_prefetch: int = Field(
+        1,
+        ge=0,
+        le=MAX_DEGREE,
+        description="ZeRO 3: units gathered ahead of the one computing (FSDP's forward/backward prefetch: 1)",
+    )
     order: list[Literal["dp", "pp", "tp"]] = Field(
         ["dp", "pp", "tp"], description="rank layout, slowest to fastest varying axis (default: tp innermost)"
     )
@@ -176,6 +211,8 @@ class ParallelSection(Section):
         "model.moe.experts); each tensor-parallel rank holds its experts whole and routes "
         "1/tp of the tokens",
     )
+
+    megatron: MegatronSection = Field(MegatronSection(), description="Megatron-LM's pipeline optimisations")
 
     @field_validator("order")
     @classmethod

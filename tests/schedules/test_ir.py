@@ -32,7 +32,7 @@ from clustersim.schedules.validate import validate
         Send(2, (Phase.F, 3, 1), 4096.0, deps=("F3@1",)),
         Recv(0, (Phase.B, 11, 0), 1e6, stream="p2p"),
         Collective("all_reduce", GradBucket(1, 0, 0), (1, 5), 1048576.0, "ring", deps=("B7@1",)),
-        Collective("all_gather", ParamGather(0, 1, "F3@0.0"), (0, 2, 4, 6), 3e9),
+        Collective("all_gather", ParamGather(0, 1, 2, "F3@0.0"), (0, 2, 4, 6), 3e9),
     ],
 )
 def test_op_round_trips(op):
@@ -54,7 +54,7 @@ def test_text_form_reads_well():
         (GradBucket(1, 0, 3, expert_rank=1), "egrads@1.t0.r1.b3"),
         (ParamBucket(1, 0, 3), "params@1.t0.b3"),
         (ParamBucket(1, 2, 3, expert_rank=1), "eparams@1.t2.r1.b3"),
-        (ParamGather(1, 0, "F3@1.0"), "params@1.t0.F3@1.0"),
+        (ParamGather(1, 0, 2, "F3@1.4"), "params@1.t0.u2.F3@1.4"),
         (TensorPiece(0, "F3@1.2"), "tp@d0.F3@1.2"),
         (ExpertPiece(1, 0, 2, "B3@1.4"), "ep@p1.t0.g2.B3@1.4"),
         (GradSync(0, 1), "tp@d0.grads@1"),

@@ -210,7 +210,8 @@ def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
     sends 2 (t - 1)/t of the buffer from each rank, a reduce-scatter or all-gather (t - 1)/t. The
     last stage also gathers every rank's 2 fp32 cross-entropy statistics per token, and sequence
     parallelism sums the replicated parameters' bf16 gradients (6h per layer, 2h more for the final
-    layernorm) once per step."""
+    layernorm) once per step. Without it, Megatron's scatter/gather (parallel.megatron) all-gathers
+    each received pipeline message over the group: one more activation's gather per microbatch."""
     text = (
         SCENARIO.format(pp=2, m=4, schedule="1f1b", optimizer="adam")
         .replace("parallel: {pp: 2}", f"parallel: {{pp: 2, tp: 2, sequence_parallel: {str(sp).lower()}}}")
@@ -220,7 +221,7 @@ def test_tensor_parallel_sends_megatrons_per_layer_volume(sp):
     summary = simulate(load_scenario_text(text, "tp.yaml")).summary
     t, m, layers, s_, b, h = 2, 4, 2, 256, 1, 512  # tp, microbatches, layers per stage, the model's sizes
     unit = (t - 1) / t * s_ * b * h * 2  # a reduce-scatter or all-gather of one bf16 activation
-    per_microbatch = (2 + 8 * layers) * unit  # = (1 + 4 L) all-reduces
+    per_microbatch = (2 + 8 * layers) * unit + (0 if sp else unit)  # (1 + 4 L) all-reduces, the message
     loss_gather = (t - 1) / t * t * 2 * b * s_ * 4
     sync = 2 * (t - 1) / t * 2 * (6 * h * layers) if sp else 0.0
     last_sync = 2 * (t - 1) / t * 2 * (6 * h * layers + 2 * h) if sp else 0.0

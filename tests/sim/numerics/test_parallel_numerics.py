@@ -11,7 +11,7 @@ import pytest
 
 from clustersim.schedules.ir import Compute
 from clustersim.schedules.pipeline import SCHEDULES
-from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.schedules.stage_pieces import tp_stage_plan
 from clustersim.sim.cost.stages import stage_moe_layers
 from clustersim.sim.numerics.moe import experts_of_rank
 from clustersim.sim.report import terminal_summary
@@ -24,13 +24,13 @@ cluster: {{gpu: H100-SXM, nodes: 1, gpus_per_node: {gpus},
            topology: {{kind: switch, link_bandwidth: 450GB/s, link_latency: 1us}}}}
 model: {{layers: 4, hidden: 1024, heads: 16, ffn: 4096, seq_len: 1024, vocab: 32000}}
 training: {{global_batch: {global_batch}, micro_batch: 1, dtype: bf16, recompute: {recompute}}}
-parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, virtual: {virtual}, zero: {zero}, sequence_parallel: {sp}, bucket: 8MB}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, virtual: {virtual}, zero: {zero}, sequence_parallel: {sp}, bucket: 8MB{more}}}
 schedule: {schedule}
 numerics: {{hidden: 16, heads: 4, seq_len: 8, vocab: 32, micro_batch: 2, optimizer: adam, lr: 0.01}}
 """
 
 
-def run(tp: int, pp: int, dp: int, sp: bool, zero: int, schedule: str, recompute: str) -> dict:
+def run(tp: int, pp: int, dp: int, sp: bool, zero: int, schedule: str, recompute: str, more: str = "") -> dict:
     virtual = 2 if SCHEDULES[schedule].chunks_per_rank else 1
     microbatches = 2 * pp  # the interleaved schedule runs them in groups of pp
     text = SCENARIO.format(
@@ -44,6 +44,7 @@ def run(tp: int, pp: int, dp: int, sp: bool, zero: int, schedule: str, recompute
         zero=zero,
         sp=str(sp).lower(),
         schedule=schedule,
+        more=more,
     )
     return simulate(load_scenario_text(text, "toolbox.yaml")).summary
 
@@ -67,6 +68,25 @@ def test_weights_after_one_step_match_one_device(tp, pp, dp, sp, zero, schedule,
     assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
 
 
+# ZeRO 3 gathers one layer at a time by default (the cases above); here units of 2 and of 3 layers
+# (3 does not divide 4: a short last unit, or the stage whole with pp = 2) gathered 0 or 2 ahead
+UNIT_CASES = [
+    (tp, sp, pp, unit, prefetch, schedule, recompute)
+    for tp, sp in ((1, False), (2, True))
+    for pp in (1, 2)
+    for unit, prefetch in ((2, 0), (3, 2))
+    for schedule, recompute in (("1f1b", "full"), ("interleaved", "none"), ("zb-h1", "none"))
+]
+
+
+@pytest.mark.parametrize("tp,sp,pp,unit,prefetch,schedule,recompute", UNIT_CASES)
+def test_zero3_units_match_one_device(tp, sp, pp, unit, prefetch, schedule, recompute):
+    more = f", zero3_unit_layers: {unit}, zero3_prefetch: {prefetch}"
+    summary = run(tp, pp, 2, sp, 3, schedule, recompute, more)
+    assert summary["numerics_max_rel_err"] < 1e-10
+    assert summary["numerics"]["loss"] == pytest.approx(summary["numerics"]["reference_loss"], rel=1e-12)
+
+
 MOE_SCENARIO = (
     SCENARIO.replace(
         "vocab: 32000}}",
@@ -75,6 +95,7 @@ MOE_SCENARIO = (
     )
     .replace("zero: {zero},", "zero: {zero}, ep: {ep},")
     .replace("lr: 0.01}}", "lr: 0.01, hot_expert_bias: {bias}}}")
+    .replace("{more}", "")
 )
 
 # (pp, dp, ep, top_k, capacity factor, shared experts, zero); capacity 0.5 drops tokens in every

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from clustersim.schedules.ir import Phase
-from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.schedules.stage_pieces import tp_stage_plan
 from clustersim.sim.collectives.ops import reference
 from clustersim.sim.numerics.plan import Sharding
 from clustersim.sim.numerics.reference import max_errors

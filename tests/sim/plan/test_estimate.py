@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from clustersim.schedules.pipeline import rank_order
 from clustersim.sim.build import build_topology
+from clustersim.sim.cost.units import gathered_peak_bytes
 from clustersim.sim.plan.estimate import Fabric, estimate, memory_peak_bytes
 from clustersim.sim.run import simulate
 from clustersim.sim.scenario.loader import load_scenario_text
@@ -56,7 +58,15 @@ def test_memory_estimate_equals_the_simulated_peak(small, change):
     scenario = load_scenario_text(text)
     summary = simulate(scenario).summary
     simulated = max(peak["total"] for peak in summary["memory_peak_bytes_per_rank"].values())
-    assert memory_peak_bytes(scenario) == pytest.approx(simulated, rel=1e-9)
+    estimated = memory_peak_bytes(scenario)
+    p = scenario.parallel
+    if p.zero < 3:
+        assert estimated == pytest.approx(simulated, rel=1e-9)
+        return
+    # ZeRO 3: the gathered units' peak and the activations' are added though they need not coincide
+    order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
+    assert simulated <= estimated * (1 + 1e-9)
+    assert estimated - simulated <= max(gathered_peak_bytes(scenario, steps) for steps in order.values())
 
 
 def test_step_estimate_is_near_the_simulated_step():

@@ -218,47 +218,43 @@ def test_one_f_one_b_holds_min_p_minus_r_m_microbatches(p, m):
 
 
 def test_total_peak_is_the_peak_of_the_sum_not_the_sum_of_peaks():
-    """Activations peak while the forward is held (0..3 s); a ZeRO-3 gather peaks later (4..5 s)."""
+    """Activations peak while the forward is held (0..3 s); a ZeRO-3 gather peaks later (4..6 s)."""
     spans = (
         Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 1.0),
         Span(0, "compute", "B0@0", "B", 0, 0, 1.0, 3.0),
-        Span(0, "dp", "ALL_GATHER w", "ALL_GATHER", None, None, 4.0, 5.0),
+        Span(0, "dp", "ALL_GATHER params@1.t0.u0.F0@1", "ALL_GATHER", None, None, 4.0, 5.0, 5.0),
+        Span(0, "compute", "F0@1", "F", 0, 1, 5.0, 6.0),
     )
     log = EventLog(spans, (), num_ranks=1, link_names=())
-    rank = memory_timeline(log, {0: {"weights": 10.0}}, {0: {0: 7.0}}, gather_bytes={0: 5.0}).ranks[0]
+    rank = memory_timeline(log, {0: {"weights": 10.0}}, {0: {0: 7.0, 1: 0.0}}, zero3=True).ranks[0]
     peaks = rank.peaks
     assert peaks["activations"] == 7.0 and peaks["weights"] == 15.0
     assert peaks["total"] == 17.0 < peaks["activations"] + peaks["weights"]
     assert rank.peak_time_s == 0.0
-    assert rank.times_s.tolist() == [0.0, 3.0, 4.0, 5.0]
-    assert rank.total.tolist() == [17.0, 10.0, 15.0, 10.0]
+    assert rank.times_s.tolist() == [0.0, 3.0, 4.0, 5.0, 6.0]
+    assert rank.total.tolist() == [17.0, 10.0, 15.0, 15.0, 10.0]
 
 
-def test_gather_is_held_until_the_compute_that_uses_it_ends():
+def test_a_gathered_unit_is_held_from_its_gather_to_its_last_piece():
+    """Unit 0 (8 B) starts in F0@0.0 and runs on in F0@0.1; unit 1 (6 B), gathered ahead while unit
+    0 computes, starts in F0@0.2: unit 0 is freed when F0@0.1 ends (3 s), unit 1 when F0@0.2 does."""
     spans = (
-        Span(0, "dp", "ALL_GATHER a", "ALL_GATHER", None, None, 0.0, 1.0),
-        Span(0, "compute", "F0@0", "F", 0, 0, 1.0, 2.0),  # starts when gather a ends: uses it
-        Span(1, "dp", "ALL_GATHER b", "ALL_GATHER", None, None, 0.0, 1.0),
-        Span(1, "compute", "F0@1", "F", 0, 1, 0.5, 1.5),  # already running: cannot use gather b
-        Span(1, "compute", "B0@1", "B", 0, 1, 2.0, 4.0),  # the first compute after it: frees it at 4 s
-        Span(0, "compute", "B0@0", "B", 0, 0, 4.0, 6.0),
+        Span(0, "dp", "ALL_GATHER params@0.t0.u0.F0@0.0", "ALL_GATHER", None, None, 0.0, 1.0, 8.0),
+        Span(0, "compute", "F0@0.0", "F", 0, 0, 1.0, 2.0),
+        Span(0, "dp", "ALL_GATHER params@0.t0.u1.F0@0.2", "ALL_GATHER", None, None, 1.5, 2.5, 6.0),
+        Span(0, "compute", "F0@0.1", "F", 0, 0, 2.0, 3.0),
+        Span(0, "compute", "F0@0.2", "F", 0, 0, 3.0, 4.0),
     )
-    log = EventLog(spans, (), num_ranks=2, link_names=())
-    timeline = memory_timeline(log, {}, {0: {0: 0.0}, 1: {1: 0.0}}, gather_bytes={0: 8.0, 1: 8.0})
-    r0, r1 = timeline.ranks
-    assert list(zip(r0.times_s.tolist(), r0.category("weights").tolist())) == [
+    log = EventLog(spans, (), num_ranks=1, link_names=())
+    rank = memory_timeline(log, {}, {0: {0: 0.0}}, zero3=True).ranks[0]
+    assert list(zip(rank.times_s.tolist(), rank.category("weights").tolist())) == [
         (0.0, 8.0),
         (1.0, 8.0),
-        (2.0, 0.0),
-        (6.0, 0.0),
-    ]
-    assert list(zip(r1.times_s.tolist(), r1.category("weights").tolist())) == [
-        (0.0, 8.0),
-        (0.5, 8.0),
+        (1.5, 14.0),
+        (3.0, 6.0),
         (4.0, 0.0),
-        (6.0, 0.0),
     ]
-    assert memory_timeline(log, {}, {0: {0: 0.0}, 1: {1: 0.0}}).ranks[0].peaks["weights"] == 0.0  # hook off
+    assert memory_timeline(log, {}, {0: {0: 0.0}}).ranks[0].peaks["weights"] == 0.0  # hook off
 
 
 def test_a_backward_ending_as_a_forward_starts_frees_first():
@@ -281,9 +277,10 @@ def test_rejects_backward_without_forward_and_missing_entries():
         memory_timeline(log, {}, {0: {0: 1.0}})
     with pytest.raises(ValueError, match="unknown categories \\['activation'\\]"):
         memory_timeline(log, {0: {"activation": 1.0}}, per_stage(2))
-    gather = EventLog((Span(0, "dp", "ALL_GATHER w", "ALL_GATHER", None, None, 0.0, 1.0),), (), 1, ())
-    with pytest.raises(ValueError, match="gather_bytes has no entry for rank 0"):
-        memory_timeline(gather, {}, {}, gather_bytes={})
+    label = "ALL_GATHER params@0.t0.u0.F0@0"
+    gather = EventLog((Span(0, "dp", label, "ALL_GATHER", None, None, 0.0, 1.0),), (), 1, ())
+    with pytest.raises(ValueError, match=f"rank 0, {label}: not a ZeRO-3 gather of a piece that ran"):
+        memory_timeline(gather, {}, {}, zero3=True)
 
 
 def test_memory_peaks_is_summary_json_ready():
