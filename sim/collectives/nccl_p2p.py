@@ -8,6 +8,8 @@ layer the message is the one flow it always was."""
 
 from __future__ import annotations
 
+import functools
+
 import networkx as nx
 import numpy as np
 
@@ -23,9 +25,7 @@ def wire(graph: nx.DiGraph, src, dst, nbytes: float) -> tuple[np.ndarray, np.nda
     per_node = graph.graph.get(GPUS_PER_NODE)
     if fabric.nccl is None or not per_node or fabric.num_gpus is None:
         return None
-    nodes = fabric.num_gpus // per_node
-    shape = nccl.shape_of(fabric.nccl, nodes, fabric.num_gpus, fabric.nic_Bps, per_node if fabric.nic_Bps else 0)
-    tuned = nccl.p2p(fabric.nccl, shape, nbytes, fabric.nic_Bps)
+    tuned = _tuned(fabric.nccl, fabric.num_gpus, per_node, fabric.nic_Bps, nbytes)
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     same = src // per_node == dst // per_node
     via = src // per_node * per_node + dst % per_node  # the sender-node GPU on the destination's rail
@@ -42,3 +42,12 @@ def wire(graph: nx.DiGraph, src, dst, nbytes: float) -> tuple[np.ndarray, np.nda
         np.concatenate([p[1] for p in parts]),
         np.concatenate([np.full(len(p[0]), nbytes * p[2]) for p in parts]),
     )
+
+
+@functools.cache
+def _tuned(config: nccl.NcclConfig, num_gpus: int, per_node: int, nic_Bps: float, nbytes: float):
+    """NCCL's protocol and rates for one message size on this fabric, worked out once (a pipeline
+    sends the same few sizes hundreds of thousands of times)."""
+    nodes = num_gpus // per_node
+    shape = nccl.shape_of(config, nodes, num_gpus, nic_Bps, per_node if nic_Bps else 0)
+    return nccl.p2p(config, shape, nbytes, nic_Bps)
