@@ -109,8 +109,9 @@ def simulated(row: Row, max_memory: str | None = None) -> tuple[float, float]:
 
 def run_row(row: Row, max_memory: str) -> dict:
     """Simulate one row in a child process of its own (its peak RSS is its own, and what one row
-    allocates is returned to the system before the next): its figure, step time, wall seconds and
-    peak RSS bytes; {"error": the child's last line} when it fails (e.g. refused by max_memory)."""
+    allocates is returned to the system before the next): its figure, step time, wall seconds,
+    CPU seconds (user + system: what the shared machine's load changes least) and peak RSS bytes;
+    {"error": the child's last line} when it fails (e.g. refused by max_memory)."""
     command = [sys.executable, __file__, "--child", row.scenario, "--max-memory", max_memory]
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode:
@@ -123,8 +124,9 @@ def _child(scenario: str, max_memory: str) -> None:
     start = time.perf_counter()
     value, step_s = simulated(next(row for row in ROWS if row.scenario == scenario), max_memory)
     wall_s = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"value": value, "step_time_s": step_s, "wall_s": wall_s, "peak_rss_bytes": peak}))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    figures = {"value": value, "step_time_s": step_s, "wall_s": wall_s, "cpu_s": usage.ru_utime + usage.ru_stime}
+    print(json.dumps(figures | {"peak_rss_bytes": usage.ru_maxrss * 1024}))
 
 
 def error(row: Row, value: float) -> float:
