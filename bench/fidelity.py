@@ -1,0 +1,212 @@
+"""clustersim against published training runs and collective benchmarks: docs/calibration.md.
+
+Every training row is a real run from a paper, a scenario in scenarios/calibration/ that opens
+with its source and the configuration as published. One efficiency per GPU type (the GPU table's,
+sim/scenario/hardware.py), never a per-row setting. The collectives rows (nccl-tests bus
+bandwidths) are bench/nccl_tests.py's, imported here so the one table and its median and worst
+error cover both; that script alone writes the collectives section of docs/calibration.md.
+
+Two kinds of published figure: the step time (Korthikanti et al. 2022 give seconds per
+iteration) and achieved TFLOP/s per GPU (Narayanan et al. 2021 Table 1). For the latter,
+clustersim's figure is the paper's own FLOP count divided by the simulated step time and the GPU
+count, so both sides count the same FLOPs: the paper's appendix, equation (3), for a GPT model with
+activation recomputation, F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
+
+    python bench/fidelity.py             # every row, one table, median and worst error, run time
+    python bench/fidelity.py --small     # only the fast rows (tests/sim/results/test_calibration.py)
+    python bench/fidelity.py --write     # also rewrite the training table in docs/calibration.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nccl_tests  # bench/nccl_tests.py, beside this file
+
+from clustersim.sim.cli import check_resources
+from clustersim.sim.run import simulate
+from clustersim.sim.scenario.hardware import GPUS
+from clustersim.sim.scenario.loader import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "calibration.md"
+BEGIN, END = "<!-- training table: bench/fidelity.py --write -->", "<!-- end of training table -->"
+
+NARAYANAN = "Narayanan et al. 2021 (SC21, arXiv:2104.04473) Table 1"
+KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5"
+
+
+@dataclass(frozen=True)
+class Row:
+    source: str
+    configuration: str
+    published: float
+    unit: str  # "s" (step time) or "TFLOP/s" (per GPU, the paper's FLOP count)
+    scenario: str  # scenarios/calibration/<scenario>.yaml
+    small: bool = False  # seconds to simulate: rerun by the test suite
+
+
+def _table1(size: str, layout: str, tflops: float, scenario: str, small: bool = False) -> Row:
+    return Row(NARAYANAN, f"{size}, {layout}, full recompute", tflops, "TFLOP/s", scenario, small)
+
+
+def _table5(model: str, layout: str, mode: str, seconds: float, scenario: str, small: bool = False) -> Row:
+    column = "" if mode == "selective" else ", Full Recompute"
+    return Row(KORTHIKANTI + column, f"{model}, {layout}, {mode} recompute", seconds, "s", scenario, small)
+
+
+ROWS = [
+    _table1("1.7B", "32 A100, TP 1, DP 32, batch 512", 137, "megatron_1_7b", small=True),
+    _table1("3.6B", "64 A100, TP 2, DP 32, batch 512", 138, "megatron_3_6b"),
+    _table1("7.5B", "128 A100, TP 4, DP 32, batch 512", 142, "megatron_7_5b"),
+    _table1("18.4B", "256 A100, TP 8, DP 32, batch 1024", 135, "megatron_18b", small=True),
+    _table1("39.1B", "512 A100, TP 8, PP 2, DP 32, batch 1536", 138, "megatron_39b"),
+    _table1("76.1B", "1,024 A100, TP 8, PP 4 x 3, DP 32, batch 1792", 140, "megatron_76b"),
+    _table1("145.6B", "1,536 A100, TP 8, PP 8 x 2, DP 24, batch 2304", 148, "megatron_145b"),
+    _table1("310.1B", "1,920 A100, TP 8, PP 16 x 2, DP 15, batch 2160", 155, "megatron_310b"),
+    _table1("529.6B", "2,520 A100, TP 8, PP 35 x 3, DP 9, batch 2520", 163, "megatron_530b"),
+    _table1("1008.0B", "3,072 A100, TP 8, PP 64, DP 6, batch 3072", 163, "megatron_1t"),
+    _table5("22B", "8 A100, TP 8 + SP", "selective", 1.10, "k22b_selective", small=True),
+    _table5("22B", "8 A100, TP 8", "full", 1.42, "k22b_full", small=True),
+    _table5("175B", "64 A100, TP 8 + SP, PP 8 x 3", "selective", 13.75, "k175b_selective"),
+    _table5("175B", "64 A100, TP 8, PP 8 x 3", "full", 18.13, "k175b_full"),
+    _table5("530B", "280 A100, TP 8 + SP, PP 35 x 3", "selective", 37.83, "k530b_selective"),
+    _table5("530B", "280 A100, TP 8, PP 35 x 3", "full", 49.05, "k530b_full"),
+    _table5("1T", "512 A100, TP 8 + SP, PP 64", "selective", 71.49, "k1t_selective"),
+    _table5("1T", "512 A100, TP 8, PP 64", "full", 94.42, "k1t_full"),
+]
+
+
+def megatron_flops(scenario) -> float:
+    """FLOPs of one iteration by Narayanan et al. 2021's equation (3) (full recompute): the figure
+    their Table 1 divides by time and GPUs."""
+    m, batch = scenario.model, scenario.training.global_batch
+    s, h, layers, vocab = m.seq_len, m.hidden, m.layers, m.vocab
+    return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + vocab / (16 * layers * h))
+
+
+def simulated(row: Row, max_memory: str | None = None) -> tuple[float, float]:
+    """(the row's figure, its step seconds) from clustersim: the figure is the step time, or the
+    paper's FLOPs per GPU per second (TFLOP/s). `max_memory` refuses a run whose estimate exceeds
+    it, as the CLI's --max-memory does."""
+    path = ROOT / "scenarios" / "calibration" / f"{row.scenario}.yaml"
+    scenario = load_scenario(path)
+    if max_memory is not None:
+        check_resources(str(path), scenario, max_memory)
+    step_s = simulate(scenario).summary["step_time_s"]
+    if row.unit == "s":
+        return step_s, step_s
+    return megatron_flops(scenario) / step_s / scenario.num_gpus / 1e12, step_s
+
+
+def run_row(row: Row, max_memory: str) -> dict:
+    """Simulate one row in a child process of its own (its peak RSS is its own, and what one row
+    allocates is returned to the system before the next): its figure, step time, wall seconds,
+    CPU seconds (user + system: what the shared machine's load changes least) and peak RSS bytes;
+    {"error": the child's last line} when it fails (e.g. refused by max_memory)."""
+    command = [sys.executable, __file__, "--child", row.scenario, "--max-memory", max_memory]
+    out = subprocess.run(command, capture_output=True, text=True)
+    if out.returncode:
+        return {"error": (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child(scenario: str, max_memory: str) -> None:
+    """run_row's child: print the row's figures as one JSON line."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    value, step_s = simulated(next(row for row in ROWS if row.scenario == scenario), max_memory)
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"value": value, "step_time_s": step_s, "wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_bytes": peak}))
+
+
+def error(row: Row, value: float) -> float:
+    """Relative error of the simulated figure, (simulated - published) / published."""
+    return (value - row.published) / row.published
+
+
+def training_table(rows: list[Row], values: list[float]) -> str:
+    """The training rows as docs/calibration.md prints them, with their median and worst error."""
+    lines = ["| source | configuration | published | simulated | error |", "| --- | --- | ---: | ---: | ---: |"]
+    for row, value in zip(rows, values):
+        lines.append(
+            f"| {row.source} | {row.configuration} | {row.published:.2f} {row.unit} | "
+            f"{value:.2f} {row.unit} | {error(row, value):+.1%} |"
+        )
+    errors = [abs(error(row, value)) for row, value in zip(rows, values)]
+    lines.append(
+        f"\nTraining rows: {len(rows)}; median absolute error {statistics.median(errors):.1%}, worst "
+        f"{max(errors):.1%}. A100 efficiency {GPUS['A100-SXM-80GB'].efficiency} of peak for every row."
+    )
+    return "\n".join(lines)
+
+
+def collective_lines(rows: list[nccl_tests.Row]) -> tuple[list[str], list[float]]:
+    """bench/nccl_tests.py's rows in this table's columns, and their absolute errors."""
+    lines, errors = [], []
+    for row in rows:
+        busbw, _, _ = nccl_tests.simulated(row)
+        err = nccl_tests.error(row, busbw)
+        errors.append(abs(err))
+        lines.append(
+            f"| {row.source} | {row.configuration} | {row.published_GBps:.2f} GB/s | {busbw:.2f} GB/s | {err:+.1%} |"
+        )
+    return lines, errors
+
+
+def write_doc(table: str) -> None:
+    """Put the training table between its markers in docs/calibration.md."""
+    text = DOC.read_text()
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    DOC.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", action="store_true", help="only the rows the test suite reruns")
+    parser.add_argument("--write", action="store_true", help="rewrite the training table in docs/calibration.md")
+    parser.add_argument("--max-memory", default="12GB", help="refuse a row estimated above SIZE (default 12GB)")
+    parser.add_argument("--child", choices=[row.scenario for row in ROWS], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child, args.max_memory)
+        return 0
+    start = time.perf_counter()
+    rows, values = [], []
+    for row in (row for row in ROWS if row.small or not args.small):
+        result = run_row(row, args.max_memory)
+        if "error" in result:
+            print(f"{row.scenario}: not simulated: {result['error']}", file=sys.stderr)
+            continue
+        rows.append(row)
+        values.append(result["value"])
+        print(
+            f"{row.scenario}: {result['value']:.2f} {row.unit} in {result['wall_s']:.1f} s, "
+            f"peak RSS {result['peak_rss_bytes'] / 2**30:.1f} GiB",
+            file=sys.stderr,
+        )
+    table = training_table(rows, values)
+    lines, errors = collective_lines([row for row in nccl_tests.ROWS if row.small or not args.small])
+    errors += [abs(error(row, value)) for row, value in zip(rows, values)]
+    print(table.split("\n\n")[0])
+    print("\n".join(lines))
+    print(
+        f"\nAll {len(errors)} rows: median absolute error {statistics.median(errors):.1%}, worst {max(errors):.1%}; "
+        f"run time {time.perf_counter() - start:.0f} s (`python bench/fidelity.py{' --small' if args.small else ''}`)."
+    )
+    if args.write:
+        write_doc(table)
+    return 1 if len(rows) < len([row for row in ROWS if row.small or not args.small]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
