@@ -93,12 +93,16 @@ def megatron_flops(scenario) -> float:
     return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + vocab / (16 * layers * h))
 
 
-def simulated(row: Row, max_memory: str | None = None) -> tuple[float, float]:
+def simulated(row: Row, max_memory: str | None = None, compute_model: str | None = None) -> tuple[float, float]:
     """(the row's figure, its step seconds) from clustersim: the figure is the step time, or the
     paper's FLOPs per GPU per second (TFLOP/s). `max_memory` refuses a run whose estimate exceeds
-    it, as the CLI's --max-memory does."""
+    it, as the CLI's --max-memory does; `compute_model` replaces the scenario's
+    cluster.compute_model (roofline or kernel) for every row alike."""
     path = ROOT / "scenarios" / "calibration" / f"{row.scenario}.yaml"
     scenario = load_scenario(path)
+    if compute_model is not None:
+        cluster = scenario.cluster.model_copy(update={"compute_model": compute_model})
+        scenario = scenario.model_copy(update={"cluster": cluster})
     if max_memory is not None:
         check_resources(str(path), scenario, max_memory)
     step_s = simulate(scenario).summary["step_time_s"]
@@ -107,22 +111,23 @@ def simulated(row: Row, max_memory: str | None = None) -> tuple[float, float]:
     return megatron_flops(scenario) / step_s / scenario.num_gpus / 1e12, step_s
 
 
-def run_row(row: Row, max_memory: str) -> dict:
+def run_row(row: Row, max_memory: str, compute_model: str | None = None) -> dict:
     """Simulate one row in a child process of its own (its peak RSS is its own, and what one row
     allocates is returned to the system before the next): its figure, step time, wall seconds,
     CPU seconds (user + system: what the shared machine's load changes least) and peak RSS bytes;
     {"error": the child's last line} when it fails (e.g. refused by max_memory)."""
     command = [sys.executable, __file__, "--child", row.scenario, "--max-memory", max_memory]
+    command += ["--compute-model", compute_model] if compute_model else []
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _child(scenario: str, max_memory: str) -> None:
+def _child(scenario: str, max_memory: str, compute_model: str | None) -> None:
     """run_row's child: print the row's figures as one JSON line."""
     start, cpu_start = time.perf_counter(), time.process_time()
-    value, step_s = simulated(next(row for row in ROWS if row.scenario == scenario), max_memory)
+    value, step_s = simulated(next(row for row in ROWS if row.scenario == scenario), max_memory, compute_model)
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"value": value, "step_time_s": step_s, "wall_s": wall_s, "cpu_s": cpu_s, "peak_rss_bytes": peak}))
@@ -175,15 +180,20 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="only the rows the test suite reruns")
     parser.add_argument("--write", action="store_true", help="rewrite the training table in docs/calibration.md")
     parser.add_argument("--max-memory", default="12GB", help="refuse a row estimated above SIZE (default 12GB)")
+    parser.add_argument(
+        "--compute-model",
+        choices=["roofline", "kernel"],
+        help="run every training row with this cluster.compute_model (default: each scenario's own)",
+    )
     parser.add_argument("--child", choices=[row.scenario for row in ROWS], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.child, args.max_memory)
+        _child(args.child, args.max_memory, args.compute_model)
         return 0
     start = time.perf_counter()
     rows, values = [], []
     for row in (row for row in ROWS if row.small or not args.small):
-        result = run_row(row, args.max_memory)
+        result = run_row(row, args.max_memory, args.compute_model)
         if "error" in result:
             print(f"{row.scenario}: not simulated: {result['error']}", file=sys.stderr)
             continue
