@@ -40,11 +40,7 @@ class MoEConfig:
     limited_groups: int | None = None
 
     def __post_init__(self) -> None:
-        check_routing(self.num_experts, self.top_k, self.capacity_factor)
-        if self.num_experts % self.expert_groups or not 1 <= (self.limited_groups or 1) <= self.expert_groups:
-            raise ValueError(
-                f"{self.expert_groups} expert groups, {self.limited_groups} per token, for {self.num_experts} experts"
-            )
+        check_routing(self.num_experts, self.top_k, self.capacity_factor, self.expert_groups, self.limited_groups)
         if self.selection_bias is not None and len(self.selection_bias) != self.num_experts:
             raise ValueError(f"selection_bias has {len(self.selection_bias)} entries for {self.num_experts} experts")
         if self.group_tokens is not None and self.group_tokens < 1:

@@ -34,11 +34,21 @@ from typing import NamedTuple
 import numpy as np
 
 
-def check_routing(num_experts: int, top_k: int, capacity_factor: float | None) -> None:
+def check_routing(
+    num_experts: int,
+    top_k: int,
+    capacity_factor: float | None,
+    expert_groups: int = 1,
+    limited_groups: int | None = None,
+) -> None:
     if not 1 <= top_k <= num_experts:
         raise ValueError(f"top_k ({top_k}) must be in 1..num_experts ({num_experts})")
     if capacity_factor is not None and not capacity_factor > 0:
         raise ValueError(f"capacity_factor ({capacity_factor}) must be > 0, or None for no dropping")
+    if num_experts % expert_groups or not 1 <= (limited_groups or 1) <= expert_groups:
+        raise ValueError(f"{expert_groups} expert groups, {limited_groups} per token, for {num_experts} experts")
+    if limited_groups is not None and top_k > limited_groups * (num_experts // expert_groups):
+        raise ValueError(f"top_k ({top_k}) > the experts of {limited_groups} of {expert_groups} blocks")
 
 
 class Routing(NamedTuple):
@@ -75,13 +85,11 @@ def route(
     """Top-k over softmax(x W_gate) (+ the selection bias), within each token's `limited_groups`
     best expert blocks when set, then admission in priority order up to the capacity."""
     tokens, num_experts = x2d.shape[0], w_gate.shape[1]
-    check_routing(num_experts, top_k, capacity_factor)
+    check_routing(num_experts, top_k, capacity_factor, expert_groups, limited_groups)
     logits = x2d @ w_gate  # (T, E)
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)  # (T, E)
     scores = probs if selection_bias is None else probs + np.asarray(selection_bias)  # (T, E)
-    if limited_groups is not None and top_k > limited_groups * (num_experts // expert_groups):
-        raise ValueError(f"top_k ({top_k}) > the experts of {limited_groups} of {expert_groups} blocks")
     if limited_groups is not None and limited_groups < expert_groups:
         scores = _within_best_groups(scores, expert_groups, limited_groups, best_of=1 if selection_bias is None else 2)
     experts = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]  # (T, k); stable: ties -> lower index
