@@ -42,7 +42,7 @@ from clustersim.sim.numerics.pipeline import PipelineNumerics
 from clustersim.sim.numerics.plan import Sharding, TrainingStep
 from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.scale.execution import members_held
-from clustersim.sim.scale.symmetry import Symmetry
+from clustersim.sim.scale.symmetry import Symmetry, listable
 from clustersim.sim.scenario.schema import Scenario
 from clustersim.sim.scenario.sections import ParallelSection
 from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape
@@ -264,11 +264,10 @@ def _selection_bias(num_experts: int, hot_expert_bias: float) -> tuple[float, ..
 
 
 def symmetry_of(scenario: Scenario) -> Symmetry | None:
-    """The shifts under which this run looks the same from every image (sim.scale.symmetry), or
-    None: numerics must be off (every replica computes on its own data), there must be more than
-    one image, and the fabric must not tell images apart: its kind says which shifts of blocks of
-    ep replicas map it and its routes onto themselves, or that only shard shifts do (SHARDS_ONLY:
-    every replica is walked) (topologies.kind.TopologyKind.symmetry)."""
+    """The images under which this run looks the same from its representatives (sim.scale.symmetry),
+    or None: numerics off (every replica computes on its own data), more than one image, and a
+    fabric that says which shifts of blocks of ep replicas map it and its routes onto themselves,
+    or that only shard shifts do (SHARDS_ONLY) and which blocks lie on it alike (TopologyKind)."""
     p, cluster = scenario.parallel, scenario.cluster
     kind = TOPOLOGIES[cluster.topology.kind]
     if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1 or kind.symmetry is None:
@@ -276,9 +275,12 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
     blocks = ReplicaBlocks(
         gpus=p.ep * p.pp * p.tp, count=p.dp // p.ep, tp=p.tp, contiguous=tuple(p.order) == ("dp", "pp", "tp")
     )
-    step = kind.symmetry(cluster.topology, Shape(cluster.nodes, cluster.gpus_per_node), blocks)
-    if step == SHARDS_ONLY:  # every replica walked, one shard of each
-        return Symmetry(layout_of(scenario), replicas=False) if p.tp > 1 else None
+    shape = Shape(cluster.nodes, cluster.gpus_per_node)
+    step = kind.symmetry(cluster.topology, shape, blocks)
+    if step == SHARDS_ONLY:  # one block of each class walked, one shard of each
+        found = kind.classes(cluster.topology, shape, blocks) if kind.classes is not None else None
+        classes = listable(found, blocks.count, p.tp * p.world_size)
+        return Symmetry(layout_of(scenario), classes=classes) if p.tp > 1 or len(classes) < blocks.count else None
     return None if step is None else Symmetry(layout_of(scenario), step * p.ep)
 
 

@@ -289,6 +289,24 @@ def _symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | N
     return max(1, radix // block_nodes) if nodes % radix == 0 else blocks.count
 
 
+def _classes(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> list[list[int]] | None:
+    """Blocks of whole nodes that straddle leaf groups alike: the same pattern of groups (each
+    node's group counted from the block's first, and its size), so their own messages take
+    paths of the same lengths through the same kinds of switch. Only on a non-blocking tree
+    (oversubscription 1, adaptive): a leaf's uplinks carry all its downlinks can, so no message
+    is slowed by where its block sits, only by the NICs and GPUs it shares, which every block of
+    a class meets alike."""
+    if _symmetry(keys, shape, blocks) != SHARDS_ONLY or keys.oversubscription != 1 or blocks.gpus % shape.gpus_per_node:
+        return None
+    block_nodes, radix = blocks.gpus // shape.gpus_per_node, keys.leaf_radix
+    classes: dict[tuple, list[int]] = {}
+    for block in range(blocks.count):
+        nodes = range(block * block_nodes, (block + 1) * block_nodes)
+        pattern = tuple((n // radix - nodes[0] // radix, min(radix, shape.nodes - n // radix * radix)) for n in nodes)
+        classes.setdefault(pattern, []).append(block)
+    return list(classes.values())
+
+
 FATTREE = TopologyKind(
     name="fattree",
     keys=FatTreeKeys,
@@ -296,5 +314,6 @@ FATTREE = TopologyKind(
     routers={ECMP: EcmpRouter},
     spec=SpecForm(defaults={"gpus_per_node": DGX_GPUS, "link_latency": HOP_LATENCY_s}),
     symmetry=_symmetry,
+    classes=_classes,
     nvswitch_nodes=True,
 )

@@ -117,7 +117,9 @@ class TopologyKind:
     wrapping round) maps the fabric and its routes onto themselves (blocks.count: only the
     identity, yet every block lies on the fabric alike), SHARDS_ONLY when only the shard shifts
     do, or None when no shift does; a kind without the attribute has no symmetry the simulator
-    may use."""
+    may use. `classes(keys, shape, blocks)`, where only shard shifts are automorphisms: the
+    blocks that lie on the fabric alike and that nothing shared can slow unequally, as classes
+    of block indices (sim.scale.symmetry), or None."""
 
     name: str
     keys: type[Keys]
@@ -127,4 +129,5 @@ class TopologyKind:
     fits: Callable[[Any, Shape], None] = no_fit_check
     gpus: Callable[[Any], int | None] = gpus_from_cluster
     symmetry: Callable[[Any, Shape, ReplicaBlocks], int | None] | None = None
+    classes: Callable[[Any, Shape, ReplicaBlocks], list[list[int]] | None] | None = None
     nvswitch_nodes: bool = False  # nodes of GPUs on an NVSwitch, the systems NCCL's layer models (cluster.nccl)

@@ -7,7 +7,9 @@ connected to it and their links only, nothing in proportion to the fabric. Same 
 same filling rule as sim.network.flows and sim.network.maxmin (progressive filling, bottlenecks within a relative
 TIE of the lowest share fill together; a finish re-fills only the flows at or above the slowest
 leaver's rate, see maxmin.rates_that_survive); a path may list a link more than once (it then
-counts that many times on it).
+counts that many times on it). A change whose flows share only unsaturated links with the rest
+(a ring step on NICs of its own under a non-blocking tree) re-fills those flows alone: provably
+the same allocation (FewFlows._local), at the cost of their links instead of their component.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from clustersim.sim.network.maxmin import TIE
 
 SURVIVE = 1 - 1e-9  # maxmin.rates_that_survive's margin below the slowest leaver's rate
+SATURATED = 1e-9  # a link loaded within this relative distance of its capacity is saturated
 
 
 class _Flow:
@@ -127,7 +130,10 @@ class FewFlows:
         return list(inside)
 
     def fill_component(self, seeds: list[int], now: float) -> None:
-        """Max-min rates for the component of `seeds` (new flows) from scratch; the rest keep theirs."""
+        """Max-min rates for new flows `seeds`: on their own when that is provably the max-min
+        allocation (`_local`), else for their whole component from scratch; the rest keep theirs."""
+        if self._local(seeds, now):
+            return
         refill = self.component(seeds)
         self._refill(refill, now)
         self.touched = np.unique(np.array([link for fid in refill for link in self._flows[fid].links], dtype=np.int64))
@@ -136,8 +142,10 @@ class FewFlows:
         """Remove flows `gone`; re-fill the flows whose rate may change: those connected to the
         leavers through shared links (the others share no link with them) and not slower than
         the slowest leaver (rates_that_survive)."""
-        flows, load, count, on = self._flows, self._load, self._count, self._on
+        flows, load, count, on, capacity = self._flows, self._load, self._count, self._on, self.capacity_Bps
         floor = min(flows[fid].rate for fid in gone) * SURVIVE
+        freed = {link for fid in gone for link in flows[fid].links}
+        saturated = [link for link in freed if load[link] >= capacity.item(link) * (1 - SATURATED)]
         touched = []
         for fid in gone:
             flow = flows.pop(fid)
@@ -149,12 +157,43 @@ class FewFlows:
                     del count[link], load[link], on[link]
                 else:
                     on[link].pop(fid, None)
+        # only a flow bottlenecked on a link the leavers saturated may gain (_local's argument)
+        seeds = sorted({fid for link in saturated for fid in on.get(link, ()) if not flows[fid].rate < floor})
+        if not seeds:
+            self.touched, self.last_refilled = np.unique(np.array(touched, dtype=np.int64)), 0
+            return
+        if self._local(seeds, now):
+            self.touched = np.unique(np.concatenate([np.array(touched, dtype=np.int64), self.touched]))
+            return
         # max-min rates split over connected components: only the leavers' component can change
         neighbours = dict.fromkeys(fid for link in touched for fid in on.get(link, ()))
         refill = sorted(fid for fid in self.component(list(neighbours)) if not flows[fid].rate < floor)
         self._refill(refill, now)
         touched.extend(link for fid in refill for link in flows[fid].links)
         self.touched = np.unique(np.array(touched, dtype=np.int64))
+
+    def _local(self, seeds: list[int], now: float) -> bool:
+        """Fill `seeds` against what the other flows leave of each link, and keep the result if
+        it is the max-min allocation of all flows (True), which holds when every link the seeds
+        cross and the others share is unsaturated before and after: then each seed freezes on a
+        link only seeds fill (where no flow outdoes it), and each other flow's bottleneck is a
+        link the seeds do not cross (a link they share with it is not saturated), untouched, so
+        every flow still has its bottleneck and the allocation is the unique max-min one
+        (Bertsekas and Gallager, Data Networks, 6.5.2). Cost: the seeds' links, not the
+        component; a ring step on NICs of its own is the common case. False: nothing is
+        final; the caller refills the component (from the rates as they now are)."""
+        flows, load, count, capacity = self._flows, self._load, self._count, self.capacity_Bps
+        own: dict[int, int] = {}  # link -> how many times the seeds cross it
+        for fid in seeds:
+            for link in flows[fid].links:
+                own[link] = own.get(link, 0) + 1
+        shared = [link for link, n in own.items() if count[link] > n]
+        if any(load[link] >= capacity.item(link) * (1 - SATURATED) for link in shared):
+            return False
+        self._refill(seeds, now)
+        self.touched = np.fromiter(own, dtype=np.int64, count=len(own))
+        self.touched.sort()
+        return not any(load[link] >= capacity.item(link) * (1 - SATURATED) for link in shared)
 
     def _refill(self, refill: list[int], now: float) -> None:
         """Progressive filling of `refill` against what the other flows leave of each link."""

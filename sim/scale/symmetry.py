@@ -10,6 +10,12 @@ and whenever one of them puts bytes on the network it puts every image's bytes t
 message goes out together with its images, a collective runs on every image of its group at
 once. Link loads, congestion and the flow table are the full run's; only the walking is saved.
 
+Where the fabric tells replicas apart (blocks straddling leaf groups of a fat tree), those whose
+blocks lie on it alike still do the same at the same times when nothing they share can slow one
+more than another (a non-blocking tree, sim.build): the images then turn each such class of
+blocks round itself, one representative per class, and the network solves one flow per orbit of
+the shard shifts alone.
+
 Whether the images really kept pace is checked, not assumed: every image of a message must land
 at the same time as its representative (`image_spread_s`, reported in summary.json). A topology
 whose routing tells images apart (per-flow ECMP hashing) breaks that, and the run says so; then
@@ -18,6 +24,7 @@ whose routing tells images apart (per-flow ECMP hashing) breaks that, and the ru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import numpy as np
@@ -29,28 +36,42 @@ from clustersim.sim.results.metrics import stream_of_flows
 
 
 class Symmetry:
-    """The shifts of a layout, as maps from each rank to its image under each shift."""
+    """The images of a layout's ranks, as maps from each rank to its image under each row."""
 
-    def __init__(self, layout: Layout, fabric_step: int | None = None, replicas: bool = True):
-        """`fabric_step`: the replica shifts that are also automorphisms of the fabric (routes map
-        to routes, so the network may solve one flow per orbit, sim.network.orbits) are its multiples;
-        default every shift (a switch). `replicas` False: replicas see different fabrics (their
-        blocks straddle leaf groups), so only the shard shifts are used; every replica is walked."""
+    def __init__(self, layout: Layout, fabric_step: int | None = None, classes: list[list[int]] | None = None):
+        """Rows: each turn j of the replica blocks (ep replicas each) times each shard shift b.
+        Default, one class of every block: turn j shifts blocks by j (replica shifts), and
+        `fabric_step` (in replicas; default every shift, a switch) says which shifts are also
+        automorphisms of the fabric, so the network may solve one flow per orbit of them
+        (sim.network.orbits). `classes`: the fabric tells blocks apart (they straddle leaf
+        groups), but the blocks of a class lie on it alike; turn j then moves each class's
+        k-th block to its (k + j)-th, in every class at once, and only the shard shifts are
+        the fabric's. Singleton classes: every replica walked, one shard of each."""
         grid = layout.grid  # (dp, pp, tp) -> rank
+        blocks = layout.dp // layout.ep
+        classes = classes or [list(range(blocks))]
+        turns = math.lcm(*(len(c) for c in classes))
         d, p, t = np.meshgrid(np.arange(layout.dp), np.arange(layout.pp), np.arange(layout.tp), indexing="ij")
-        walked = layout.ep if replicas else layout.dp  # replicas walked: d < walked
-        shifts = [(a, b) for a in range(0, layout.dp, walked) for b in range(layout.tp)]
-        self.image = np.zeros((len(shifts), layout.world), dtype=np.int64)  # [shift, rank] -> rank
-        for k, (a, b) in enumerate(shifts):
-            self.image[k, grid.reshape(-1)] = grid[(d + a) % layout.dp, p, (t + b) % layout.tp].reshape(-1)
+        self.image = np.zeros((turns * layout.tp, layout.world), dtype=np.int64)  # [row, rank] -> rank
+        self.shifts: list[tuple[int, int]] = []  # (replicas turned, shards shifted) of each row of `image`
+        for j in range(turns):
+            block_to = np.empty(blocks, dtype=np.int64)
+            for members in classes:
+                block_to[members] = np.roll(members, -j)
+            for b in range(layout.tp):
+                row = grid[block_to[d // layout.ep] * layout.ep + d % layout.ep, p, (t + b) % layout.tp]
+                self.image[len(self.shifts), grid.reshape(-1)] = row.reshape(-1)
+                self.shifts.append((j * layout.ep, b))
         self._groups: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        self.representatives = sorted(int(r) for r in grid[:walked, :, 0].reshape(-1))
+        self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        firsts = [members[0] * layout.ep + e for members in classes for e in range(layout.ep)]
+        self.representatives = sorted(int(r) for r in grid[firsts, :, 0].reshape(-1))
         rep_of = np.empty(layout.world, dtype=np.int64)
         for rep in self.representatives:
             rep_of[self.image[:, rep]] = rep
         self.rep_of = rep_of  # rank -> the representative that stands for it
-        self.shifts = shifts  # (replicas, shards) of each row of `image`
-        self._fabric_step = fabric_step or walked
+        step = (fabric_step or layout.ep) if len(classes) == 1 else turns * layout.ep
+        self._fabric = [a % step == 0 for a, _ in self.shifts]
 
     def network_images(self, steps: Iterable[tuple[tuple[int, ...], list]]) -> np.ndarray | None:
         """The shifts under which the network may keep one flow per orbit (sim.network.orbits), as image
@@ -59,7 +80,7 @@ class Symmetry:
         shift maps onto themselves (a ring turned by its own rotation is; halving-doubling is not).
         `steps`: each moving collective on a group that a shift maps onto itself, as its group and
         its steps' (sources, destinations)."""
-        fabric = [a % self._fabric_step == 0 for a, _ in self.shifts]
+        fabric = self._fabric
         candidates = [
             fabric,
             [f and b == 0 for f, (_, b) in zip(fabric, self.shifts)],
@@ -104,8 +125,14 @@ class Symmetry:
         return self._groups[group]
 
     def pairs(self, src: int, dst: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every image of a message src -> dst, as (sources, destinations)."""
-        return self.image[:, src], self.image[:, dst]
+        """Every distinct image of a message src -> dst, as (sources, destinations), in row order
+        (turning classes of different sizes together meets an image more than once); kept per pair."""
+        if (src, dst) not in self._pairs:
+            sources, destinations = self.image[:, src], self.image[:, dst]
+            _, first = np.unique(sources * self.world + destinations, return_index=True)
+            first.sort()
+            self._pairs[src, dst] = sources[first], destinations[first]
+        return self._pairs[src, dst]
 
     def expand(self, per_rank: list | dict) -> list | dict:
         """Per-rank values known for the representatives (a list by rank, or a dict by str(rank)
@@ -113,6 +140,18 @@ class Symmetry:
         if isinstance(per_rank, dict):
             return {str(rank): per_rank[str(rep)] for rank, rep in enumerate(self.rep_of.tolist())}
         return [per_rank[rep] for rep in self.rep_of.tolist()]
+
+
+MAX_IMAGE_ENTRIES = 1 << 24  # the image table's size limit (ranks x rows), 128 MiB
+
+
+def listable(classes: list[list[int]] | None, blocks: int, entries_per_turn: int) -> list[list[int]]:
+    """`classes` of blocks if turning them lists at most MAX_IMAGE_ENTRIES images (a turn per the
+    lcm of their sizes, `entries_per_turn` each: coprime sizes make many), else (or None) every
+    block its own class."""
+    if classes is None or math.lcm(*map(len, classes)) * entries_per_turn > MAX_IMAGE_ENTRIES:
+        return [[block] for block in range(blocks)]
+    return classes
 
 
 def image_spread_s(flows: FlowTable) -> float:

@@ -207,3 +207,33 @@ def test_past_the_listing_limit_orbit_messages_are_summed_by_pair_and_stream(mon
     kept = np.isin(full.timeline[1], hot.timeline[1])
     assert np.unique(hot.timeline[1]).size == min(8, np.unique(full.timeline[1]).size)
     assert all((a[kept] == b).all() for a, b in zip(full.timeline, hot.timeline))
+
+
+def test_a_start_on_links_of_its_own_refills_only_the_new_flow():
+    """NICs 0 and 1 (1 B/s each) under a shared spine link 2. A crosses 0 and 2, then B crosses
+    1 and 2: with a 10 B/s spine each is bound by its own NIC at 1 and B is filled alone (the
+    spine stays unsaturated, so A's bottleneck is untouched); with a 1.5 B/s spine B alone would
+    saturate it, so both are filled again and share it, 0.75 each; when B leaves, A, bound on
+    the spine B saturated, gets its NIC's 1 back."""
+
+    def start(few: FewFlows, path: list[int]) -> list[int]:
+        columns = {k: np.zeros(1) for k in ("latency", "start")} | {
+            k: np.zeros(1, int) for k in ("src", "dst", "group")
+        }
+        ids = few.add(np.array([0, len(path)]), np.array(path), nbytes=np.ones(1), **columns)
+        few.fill_component(ids, 0.0)
+        return ids
+
+    wide = FewFlows(np.array([1.0, 1.0, 10.0]))
+    a = start(wide, [0, 2])
+    b = start(wide, [1, 2])
+    assert wide.last_refilled == 1
+    assert wide.take(a + b, "rate").tolist() == [1.0, 1.0]
+    narrow = FewFlows(np.array([1.0, 1.0, 1.5]))
+    a = start(narrow, [0, 2])
+    b = start(narrow, [1, 2])
+    assert narrow.last_refilled == 2
+    assert narrow.take(a + b, "rate").tolist() == [0.75, 0.75]
+    narrow.finish(b, 0.0)
+    assert narrow.last_refilled == 1
+    assert narrow.take(a, "rate").tolist() == [1.0]
