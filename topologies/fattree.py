@@ -290,19 +290,18 @@ def _symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | N
 
 
 def _classes(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> list[list[int]] | None:
-    """Blocks of whole nodes that straddle leaf groups alike: the same pattern of groups (each
-    node's group counted from the block's first, and its size), so their own messages take
-    paths of the same lengths through the same kinds of switch. Only on a non-blocking tree
-    (oversubscription 1, adaptive): a leaf's uplinks carry all its downlinks can, so no message
-    is slowed by where its block sits, only by the NICs and GPUs it shares, which every block of
-    a class meets alike."""
+    """Blocks of whole nodes that straddle leaf groups alike (each node's group counted from the
+    block's first), so their own messages take paths of the same lengths. Only on a non-blocking
+    tree (oversubscription 1, adaptive): every leaf's uplinks carry all its D downlinks can, a
+    short last group's too, so no message is slowed by where its block sits, only by the NICs
+    and GPUs it shares, which every block of a class meets alike."""
     if _symmetry(keys, shape, blocks) != SHARDS_ONLY or keys.oversubscription != 1 or blocks.gpus % shape.gpus_per_node:
         return None
     block_nodes, radix = blocks.gpus // shape.gpus_per_node, keys.leaf_radix
-    classes: dict[tuple, list[int]] = {}
+    classes: dict[tuple[int, ...], list[int]] = {}
     for block in range(blocks.count):
-        nodes = range(block * block_nodes, (block + 1) * block_nodes)
-        pattern = tuple((n // radix - nodes[0] // radix, min(radix, shape.nodes - n // radix * radix)) for n in nodes)
+        first = block * block_nodes
+        pattern = tuple(n // radix - first // radix for n in range(first, first + block_nodes))
         classes.setdefault(pattern, []).append(block)
     return list(classes.values())
 

@@ -110,8 +110,8 @@ CASES = {
     # its own way (groups 0 0 0 1 and 1 1 2 2), so each is walked
     "straddling-moe": (dict(nodes=8, per=4, radix=3, tiers=2, over=1, tp=4, pp=2, dp=4, ep=2), 4),
     # non-blocking: blocks at nodes (0 1) (2 3) (4 5) (6 7) against pods of 3, 3 and 2 nodes lie in
-    # classes {0, 2} (one full pod), {1} (straddling), {3} (the short pod): 2 turns x 4 shards
-    "straddling-three-tiers": (dict(nodes=8, per=4, radix=3, tiers=3, over=1, tp=4, pp=2, dp=4), 2 * 4),
+    # classes {0, 2, 3} (inside a pod, the short one too) and {1} (straddling): 3 turns x 4 shards
+    "straddling-three-tiers": (dict(nodes=8, per=4, radix=3, tiers=3, over=1, tp=4, pp=2, dp=4), 3 * 4),
     # non-blocking, 12 nodes in groups of 3: blocks 0 2 3 5 inside a group, 1 and 4 straddling:
     # classes of 4 and 2 turn together, lcm 4 turns x 4 shards; 2 blocks walked of 6
     "straddling-classes": (dict(nodes=12, per=4, radix=3, tiers=2, over=1, tp=4, pp=2, dp=6), 4 * 4),
