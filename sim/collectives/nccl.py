@@ -44,13 +44,17 @@ class System:
     nvlinks: int  # NVLinks per GPU into the NVSwitches
     nvlink_Bps: float  # line rate of them all, one direction (the datasheet figure)
     nvls: bool  # NVSwitch with NVLink SHARP
+    sm_nvlink_Bps: float  # the most NCCL's kernels (SM-driven copies) reach over them all, as NVIDIA measures it
 
 
 SYSTEMS = {
-    # A100 datasheet: 12 third-generation NVLinks, 600 GB/s bidirectional
-    "A100": System("ampere", 12, 300e9, nvls=False),
-    # H100 SXM datasheet: 18 fourth-generation NVLinks, 900 GB/s bidirectional; NVSwitch gen 3 has SHARP
-    "H100": System("hopper", 18, 450e9, nvls=True),
+    # A100 datasheet: 12 third-generation NVLinks, 600 GB/s bidirectional. S. Jeaugey (NVIDIA),
+    # nccl-tests#149 (2023-07-05): 20 GB/s per NVLink with the SMs' 128-byte payloads makes 240 GB/s,
+    # "but some other bottlenecks on the GPUs limits it to ~230GB/s"
+    "A100": System("ampere", 12, 300e9, nvls=False, sm_nvlink_Bps=230e9),
+    # H100 SXM datasheet: 18 fourth-generation NVLinks, 900 GB/s bidirectional; NVSwitch gen 3 has SHARP.
+    # S. Jeaugey, nccl-tests#212 (2024-05-06): "NCCL can get an effective NVLink bandwidth of 370GB/s"
+    "H100": System("hopper", 18, 450e9, nvls=True, sm_nvlink_Bps=370e9),
 }
 
 
@@ -212,7 +216,8 @@ def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps,
     _, simple_bw = tuning.model(model_op, model_algo, "Simple", shape)
     graph = tuning.ring_graph(shape)
     one_node = tuning.ring_graph(replace(shape, nodes=1, ranks=max(shape.ranks // shape.nodes, 1)))
-    nccl_nvlink_Bps = one_node.channels * one_node.bw_intra_GBps * 1e9  # what NCCL's search runs NVLink at
+    # what NCCL's search runs NVLink at, within what the GPU's SMs reach (A100: 230 of the search's 240)
+    nccl_nvlink_Bps = min(one_node.channels * one_node.bw_intra_GBps * 1e9, system.sm_nvlink_Bps)
     copy = config.copy_engine and model_op == "all_gather"  # a copy, no reduction: all_gather, all_to_all
     intra = 1.0 if copy else system.nvlink_Bps / nccl_nvlink_Bps
     if algo.startswith("nvls"):

@@ -243,6 +243,23 @@ def test_pxn_keeps_inter_node_traffic_on_its_rail():
     assert spine(a2a) == 0
 
 
+@pytest.mark.parametrize(
+    ("spec", "system", "busbw_Bps"),
+    [
+        # A100: NCCL's search runs 12 x 20 = 240 GB/s, above the ~230 GB/s S. Jeaugey gives for the
+        # A100's SMs (nccl-tests#149), so 230 holds
+        ("dgx:1,nvlink_bandwidth_Bps=300e9", "A100", 230e9),
+        # H100: the search's 12 x 30 = 360 GB/s is below the 370 GB/s of nccl-tests#212, so 360 holds
+        ("dgx:1", "H100", 360e9),
+    ],
+)
+def test_sm_copies_reach_the_lower_of_nccls_search_and_the_measured_sm_ceiling(spec, system, busbw_Bps):
+    graph = parse_spec(spec)
+    graph.graph[nccl.NCCL] = nccl.NcclConfig(system)
+    seconds, _ = time_collective(graph, "all_gather", "nccl_ring", None, 8 * GiB)
+    assert 8 * GiB / seconds * 7 / 8 == pytest.approx(busbw_Bps, rel=0.01)
+
+
 def test_copy_engine_moves_all_gather_at_line_rate():
     # 8 H100 on one NVSwitch, ring all_gather: busbw = link rate (450 GB/s by copy engine, NCCL's
     # 12 x 30 = 360 GB/s by SM copies), less the per-step latency, small at 8 GiB
