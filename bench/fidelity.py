@@ -3,8 +3,9 @@
 Every training row is a real run from a paper, a scenario in scenarios/calibration/ that opens
 with its source and the configuration as published. One efficiency per GPU type (the GPU table's,
 sim/scenario/hardware.py), never a per-row setting. The collectives rows (nccl-tests bus
-bandwidths) are bench/nccl_tests.py's, imported here so the one table and its median and worst
-error cover both; that script alone writes the collectives section of docs/calibration.md.
+bandwidths) are bench/nccl_tests.py's, and the per-layer rows (Korthikanti et al. 2022 Table 4)
+bench/layer_times.py's, imported here so the median and worst error cover all of them; the
+collectives section of docs/calibration.md is bench/nccl_tests.py's to write.
 
 Two kinds of published figure: the step time (Korthikanti et al. 2022 give seconds per
 iteration) and achieved TFLOP/s per GPU (Narayanan et al. 2021 Table 1). For the latter,
@@ -14,7 +15,7 @@ activation recomputation, F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
 
     python bench/fidelity.py             # every row, one table, median and worst error, run time
     python bench/fidelity.py --small     # only the fast rows (tests/sim/results/test_calibration.py)
-    python bench/fidelity.py --write     # also rewrite the training table in docs/calibration.md
+    python bench/fidelity.py --write     # also rewrite the training and layer tables in docs/calibration.md
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import layer_times  # bench/layer_times.py, beside this file
 import nccl_tests  # bench/nccl_tests.py, beside this file
 
 from clustersim.sim.cli import check_resources
@@ -39,6 +41,7 @@ from clustersim.sim.scenario.loader import load_scenario
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "calibration.md"
 BEGIN, END = "<!-- training table: bench/fidelity.py --write -->", "<!-- end of training table -->"
+LAYER_BEGIN, LAYER_END = "<!-- layer table: bench/fidelity.py --write -->", "<!-- end of layer table -->"
 
 NARAYANAN = "Narayanan et al. 2021 (SC21, arXiv:2104.04473) Table 1"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5"
@@ -167,12 +170,14 @@ def collective_lines(rows: list[nccl_tests.Row]) -> tuple[list[str], list[float]
     return lines, errors
 
 
-def write_doc(table: str) -> None:
-    """Put the training table between its markers in docs/calibration.md."""
+def write_doc(table: str, layer_table: str) -> None:
+    """Put the training and per-layer tables between their markers in docs/calibration.md."""
     text = DOC.read_text()
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    DOC.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
+    for begin, end, body in ((BEGIN, END, table), (LAYER_BEGIN, LAYER_END, layer_table)):
+        head, rest = text.split(begin)
+        _, tail = rest.split(end)
+        text = f"{head}{begin}\n{body}\n{end}{tail}"
+    DOC.write_text(text)
 
 
 def main() -> int:
@@ -205,16 +210,20 @@ def main() -> int:
             file=sys.stderr,
         )
     table = training_table(rows, values)
+    layers = layer_times.rows(args.compute_model)  # seconds, all of them: every run is small
+    layer_table = layer_times.table(layers)
     lines, errors = collective_lines([row for row in nccl_tests.ROWS if row.small or not args.small])
     errors += [abs(error(row, value)) for row, value in zip(rows, values)]
+    errors += [abs(layer_times.error(published, value)) for _, published, value in layers]
     print(table.split("\n\n")[0])
+    print("\n".join(layer_table.splitlines()[2:-2]))
     print("\n".join(lines))
     print(
         f"\nAll {len(errors)} rows: median absolute error {statistics.median(errors):.1%}, worst {max(errors):.1%}; "
         f"run time {time.perf_counter() - start:.0f} s (`python bench/fidelity.py{' --small' if args.small else ''}`)."
     )
     if args.write:
-        write_doc(table)
+        write_doc(table, layer_table)
     return 1 if len(rows) < len([row for row in ROWS if row.small or not args.small]) else 0
 
 

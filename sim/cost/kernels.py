@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from clustersim.sim.cost import gemm
+from clustersim.sim.cost.attention_core import unfused_core
 from clustersim.sim.cost.compute import moe_routed_rows
 from clustersim.sim.scenario.chips import ChipSpec
 from clustersim.sim.scenario.hardware import GpuSpec
@@ -97,9 +98,13 @@ class LayerKernels:
     def __init__(self, chip: ChipSpec, gpu: GpuSpec, shapes: Shapes):
         self.chip, self.gpu, self.sh = chip, gpu, shapes
 
+    def on_chip(self, chip: ChipSpec) -> LayerKernels:
+        """The same shapes on another description of the chip."""
+        return LayerKernels(chip, self.gpu, self.sh)
+
     # --- building blocks ---------------------------------------------------------------------
 
-    def _gemm(
+    def gemm_pair(
         self, name: str, m: int, n: int, k: int, batch: int = 1, klass: str = "gemm", weights: bool = True
     ) -> Pair:
         """Forward Y (m x n) = X (m x k) W (k x n), `batch` times; its input gradient (m x k x n)
@@ -118,7 +123,7 @@ class LayerKernels:
         GEMMs at the FP8 rate, after casting X (m x k) and dY (m x n) to row- and column-wise FP8
         copies (read dt, write 2 bytes per element; an upper bound, TE fuses some of them)."""
         if not self.sh.fp8:
-            return self._gemm(name, m, n, k, batch)
+            return self.gemm_pair(name, m, n, k, batch)
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
@@ -131,7 +136,7 @@ class LayerKernels:
         dy = cast(f"{name} dY", "B", batch * m * n)
         return forward, [dy, fp8(f"{name} dgrad", "B", m, k, n), fp8(f"{name} wgrad", "W", k, n, m)]
 
-    def _ew(
+    def elementwise(
         self, name: str, elements: float, forward_bytes: float, backward_bytes: float, klass="elementwise", part="B"
     ) -> Pair:
         """An element-wise kernel over `elements` moving the given bytes per element each way."""
@@ -143,16 +148,16 @@ class LayerKernels:
     def _norm(self, tokens: float) -> Pair:
         """Layernorm: read x, write y (2 dt); backward read x and dy, write dx (3 dt)."""
         dt = self.sh.dtype_bytes
-        return self._ew("layernorm", tokens * self.sh.hidden, 2 * dt, 3 * dt)
+        return self.elementwise("layernorm", tokens * self.sh.hidden, 2 * dt, 3 * dt)
 
     def _dropout_add(self, tokens: float) -> Pair:
         """Fused bias-dropout-add: read x and the residual, write y and the mask (3 dt + 1);
         backward read dy and the mask, write dx (2 dt + 1)."""
         dt = self.sh.dtype_bytes
-        return self._ew("dropout+residual", tokens * self.sh.hidden, 3 * dt + 1, 2 * dt + 1)
+        return self.elementwise("dropout+residual", tokens * self.sh.hidden, 3 * dt + 1, 2 * dt + 1)
 
     @staticmethod
-    def _join(*pairs: Pair) -> ItemKernels:
+    def join(*pairs: Pair) -> ItemKernels:
         """Pieces run in order forward, their backwards in reverse order."""
         return ItemKernels(tuple(k for f, _ in pairs for k in f), tuple(k for _, b in reversed(pairs) for k in b))
 
@@ -168,8 +173,9 @@ class LayerKernels:
         return self._tokens / self.sh.tp if self.sh.sequence_parallel else self._tokens
 
     def attention_core(self) -> Pair:
-        """Scores, softmax, dropout and context of a/t heads (or one flash-attention kernel)."""
-        sh, dt = self.sh, self.sh.dtype_bytes
+        """Scores, softmax, dropout and context of a/t heads (sim.cost.attention_core), or one
+        flash-attention kernel."""
+        sh = self.sh
         heads = sh.micro_batch * sh.heads // sh.tp  # (batch x heads) per rank
         s, d = sh.seq_len, sh.hidden // sh.heads
         if sh.flash_attention:
@@ -187,17 +193,12 @@ class LayerKernels:
                 2 * flops,
             )
             return [forward], [backward]
-        scores = self._gemm("scores Q K^T", s, s, d, heads, "attention_core", weights=False)
-        softmax = self._ew("softmax", heads * s * s, 2 * dt, 3 * dt, "attention_core")  # fused scale-mask-softmax
-        dropout = self._ew("attention dropout", heads * s * s, 2 * dt + 1, 2 * dt + 1, "attention_core")
-        context = self._gemm("context P V", s, d, s, heads, "attention_core", weights=False)
-        joined = self._join(scores, softmax, dropout, context)
-        return list(joined.forward), list(joined.backward)
+        return unfused_core(self)
 
     def attn(self) -> ItemKernels:
         sh = self.sh
         core = self.attention_core()
-        joined = self._join(
+        joined = self.join(
             self._norm(self._norm_tokens),
             self._linear("QKV", self._tokens, 3 * sh.hidden // sh.tp, sh.hidden),
             core,
@@ -212,14 +213,14 @@ class LayerKernels:
         write both gradients: 5 dt)."""
         dt = self.sh.dtype_bytes
         if self.sh.gated_mlp:
-            return self._ew("SwiGLU", rows * width, 3 * dt, 5 * dt)
-        return self._ew("GeLU", rows * width, 2 * dt, 3 * dt)
+            return self.elementwise("SwiGLU", rows * width, 3 * dt, 5 * dt)
+        return self.elementwise("GeLU", rows * width, 2 * dt, 3 * dt)
 
     def mlp(self) -> ItemKernels:
         sh = self.sh
         width = sh.ffn // sh.tp
         up = 2 * width if sh.gated_mlp else width
-        return self._join(
+        return self.join(
             self._norm(self._norm_tokens),
             self._linear("FC1", self._tokens, up, sh.hidden),
             self._activation(self._tokens, width),
@@ -231,16 +232,16 @@ class LayerKernels:
         """Token and position rows read, their sum written (3 dt); the weight gradient scatters dy
         into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel."""
         dt, elements = self.sh.dtype_bytes, self._tokens * self.sh.hidden
-        lookup = self._ew("embedding", elements, 3 * dt, dt + 8, part="W")
-        return self._join(lookup, self._ew("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
+        lookup = self.elementwise("embedding", elements, 3 * dt, dt + 8, part="W")
+        return self.join(lookup, self.elementwise("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
 
     def head(self) -> ItemKernels:
         sh = self.sh
         width = sh.vocab // sh.tp
-        loss = self._ew(
+        loss = self.elementwise(
             "cross-entropy", self._tokens * width, CROSS_ENTROPY_FORWARD_BYTES, CROSS_ENTROPY_BACKWARD_BYTES
         )
-        return self._join(self._norm(self._norm_tokens), self._gemm("logits", self._tokens, width, sh.hidden), loss)
+        return self.join(self._norm(self._norm_tokens), self.gemm_pair("logits", self._tokens, width, sh.hidden), loss)
 
     def _routed_rows(self) -> int:
         """Token rows this rank's experts process: R/t (sim.cost.compute.moe_routed_rows)."""
@@ -251,15 +252,15 @@ class LayerKernels:
         sh, moe, dt = self.sh, self.sh.moe, self.sh.dtype_bytes
         assert moe is not None
         tokens = self._tokens // sh.tp  # each tensor-parallel rank routes 1/t of the tokens
-        return self._join(
-            self._gemm("router", tokens, moe.num_experts, sh.hidden),
-            self._ew(
+        return self.join(
+            self.gemm_pair("router", tokens, moe.num_experts, sh.hidden),
+            self.elementwise(
                 "router softmax+top-k",
                 tokens * moe.num_experts,
                 ROUTER_SOFTMAX_FORWARD_BYTES,
                 ROUTER_SOFTMAX_BACKWARD_BYTES,
             ),
-            self._ew("permute", self._routed_rows() * sh.hidden, 2 * dt, 2 * dt),
+            self.elementwise("permute", self._routed_rows() * sh.hidden, 2 * dt, 2 * dt),
         )
 
     def experts(self) -> ItemKernels:
@@ -281,8 +282,8 @@ class LayerKernels:
                 self._activation(tokens, width),
                 self._linear("shared FC2", tokens, sh.hidden, width),
             ]
-        parts.append(self._ew("unpermute+combine", rows * sh.hidden, 2 * dt, 2 * dt))
-        return self._join(*parts)
+        parts.append(self.elementwise("unpermute+combine", rows * sh.hidden, 2 * dt, 2 * dt))
+        return self.join(*parts)
 
     def item(self, name: str) -> ItemKernels:
         """The kernels of work item `name` (one of ITEMS)."""

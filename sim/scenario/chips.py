@@ -29,6 +29,24 @@ class MatmulCeiling:
 
 
 @dataclass(frozen=True)
+class AttentionMeasurement:
+    """A measured run of the unfused attention core (scores, softmax, dropout, context; no flash
+    attention) forward and backward: batch x heads sequences of seq_len tokens, head_dim each, on
+    a GPU of hbm_bandwidth_Bps (datasheet)."""
+
+    gpu: str
+    hbm_bandwidth_Bps: float
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+    dtype_bytes: int
+    forward_s: float
+    backward_s: float
+    source: str
+
+
+@dataclass(frozen=True)
 class ChipSpec:
     compute_units: int  # streaming multiprocessors (GPU) or matrix units (TPU MXUs)
     boost_clock_hz: float  # the clock the datasheet's tensor peak assumes
@@ -42,6 +60,8 @@ class ChipSpec:
     hbm_efficiency: float  # achievable fraction of the datasheet HBM bandwidth, streaming
     launch_overhead_s: float  # gap between two kernels back to back on one stream
     fp8_matmul_ceiling: MatmulCeiling | None = None  # FP8 inputs (float8_e4m3fn); None: no FP8 GEMMs
+    # the unfused attention core measured (sim.cost.attention_core); None: it streams at hbm_efficiency
+    unfused_attention: AttentionMeasurement | None = None
 
 
 # NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical
@@ -53,7 +73,19 @@ CUBLAS_TILES = ((256, 128), (128, 256), (128, 128))
 # Stas Bekman, "Machine Learning Engineering", compute/accelerator/README.md, "Maximum Achievable
 # Matmul FLOPS comparison table" (mamf-finder.py, BF16 torch.matmul, a brute-force search of shapes).
 MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table"
-A100_CEILING = MatmulCeiling(6912, 16384, 2048, 267.9e12, f"{MAMF}: NVIDIA A100 SXM, CUDA 12.1")
+# A100: that table gives 267.9 TFLOPS at 6912x16384x2048 (CUDA 12.1; 271.2 in a later edition with
+# CUDA 12.6), the best of a search, on the cuBLAS of 2023-25. The A100 rows clustersim is checked
+# against ran Megatron-LM in 2021-22, on the cuBLAS of that time; a measurement of that time is
+# Horace He's, "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!"
+# (thonking.ai, 2024, of a 2022 run): torch.matmul (cuBLAS) of 8192x8192x8192 on an A100, 258
+# TFLOPS with randn inputs (257 in a second run; 295 with zeros: the 400 W power limit, not the
+# tensor cores, sets the clock, so random data is what training sees). The A100 uses it. Both are
+# randn inputs held at the power limit (mamf-finder.py warms the GPU for 30 s first), so neither
+# needs a clock correction; the 3.7% between them is the library (and the newer one's choice of
+# the best of many shapes).
+A100_CEILING = MatmulCeiling(
+    8192, 8192, 8192, 258e12, "Horace He, thonking.ai 'Strangely, Matrix Multiplications...' (2022 run): A100, cuBLAS"
+)
 # H100 SXM row; H200 and H800 are the same GH100 SXM5 part (132 SMs, same clocks and power limit).
 H100_CEILING = MatmulCeiling(6144, 17920, 2816, 792.1e12, f"{MAMF}: NVIDIA H100 SXM, CUDA 12.1")
 # The same table's FP8 (float8_e4m3fn inputs) rows, a later edition (torch._scaled_mm): H100 SXM
@@ -80,9 +112,39 @@ LAUNCH_OVERHEAD_S = 1e-6
 # and 9.0, whose columns we did not read.
 SFU_PER_CLOCK = 16
 
+# Dao et al. 2022, "FlashAttention" (arXiv:2205.14135), Appendix E.5 "Benchmarking Attention": the
+# attention core alone (no projections) on one A100 40 GB, batch 16, 8 heads of dim 64, FP16,
+# attention dropout 0.1, no mask, mean of 100 calls; the "Megatron" row (Megatron-LM's unfused
+# core) at sequence length 2048: forward 6.56 ms (Table 15), backward 10.80 ms (Table 16). (Its
+# "PyTorch Attention" row, another unfused implementation, is within 1%: 6.56 and 10.77 ms.) The
+# A100 40 GB datasheet bandwidth is 1,555 GB/s (sim.scenario.hardware).
+A100_UNFUSED_ATTENTION = AttentionMeasurement(
+    "A100 40GB",
+    1555e9,
+    16,
+    8,
+    2048,
+    64,
+    2,
+    6.56e-3,
+    10.80e-3,
+    "Dao et al. 2022 (arXiv:2205.14135) Tables 15 and 16, Megatron row, sequence length 2048",
+)
+
 # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, boost 1410 MHz, 1024 dense
 # FP16/BF16 FMA per clock per SM (2048 FLOP); no FP8.
-_A100 = ChipSpec(108, 1.41e9, 2048, None, SFU_PER_CLOCK, CUBLAS_TILES, A100_CEILING, HBM_EFFICIENCY, LAUNCH_OVERHEAD_S)
+_A100 = ChipSpec(
+    108,
+    1.41e9,
+    2048,
+    None,
+    SFU_PER_CLOCK,
+    CUBLAS_TILES,
+    A100_CEILING,
+    HBM_EFFICIENCY,
+    LAUNCH_OVERHEAD_S,
+    unfused_attention=A100_UNFUSED_ATTENTION,
+)
 # NVIDIA H100 Tensor Core GPU Architecture whitepaper, SXM5: 132 SMs, 4096 dense BF16 FLOP per clock
 # per SM; 989.4 TFLOPS dense BF16 and 1,978.9 dense FP8 at 1830 MHz (989.4e12 / (132 x 4096)).
 _H100 = ChipSpec(

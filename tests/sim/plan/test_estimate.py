@@ -79,7 +79,7 @@ def test_step_estimate_is_near_the_simulated_step():
 
 def test_step_estimate_follows_the_kernel_compute_model():
     """With cluster.compute_model: kernel the estimate times compute as the run does: within 10%
-    of the engine on the quickstart, and not the roofline's estimate."""
+    of the engine on the quickstart, and nearer to it than the roofline's estimate is."""
     text = QUICKSTART.read_text().replace("enabled: true", "enabled: false")
     roofline = load_scenario_text(text)
     kernel = load_scenario_text(
@@ -89,4 +89,5 @@ def test_step_estimate_follows_the_kernel_compute_model():
     simulated = simulate(kernel).summary["step_time_s"]
     estimated = estimate(kernel, Fabric(build_topology(kernel))).step_time_s
     assert estimated == pytest.approx(simulated, rel=0.10)
-    assert estimated != pytest.approx(estimate(roofline, Fabric(build_topology(roofline))).step_time_s, rel=0.10)
+    roofline_estimated = estimate(roofline, Fabric(build_topology(roofline))).step_time_s
+    assert abs(estimated - simulated) < abs(roofline_estimated - simulated)
