@@ -37,9 +37,10 @@ ZERO_STAGES = (0, 1, 2, 3)
 
 
 def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
-    """Split `total_bytes` into ceil(total / bucket) buckets, all full but the last."""
+    """Split `total_bytes` into ceil(total / bucket) buckets, all full but the last (one, of
+    everything, when the bucket is unbounded: math.inf)."""
     count = max(1, math.ceil(total_bytes / bucket_bytes))
-    return [min(bucket_bytes, total_bytes - i * bucket_bytes) for i in range(count)]
+    return [min(bucket_bytes, total_bytes - i * bucket_bytes) for i in range(count)] if count > 1 else [total_bytes]
 
 
 def add_data_parallel(

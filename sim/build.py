@@ -136,7 +136,7 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
         layout,
         lambda s: weight_bytes(scenario, s),
         p.zero,
-        p.bucket,
+        p.bucket_bytes,
         lambda s: expert_bytes(scenario, s),
         (functools.partial(unit_weight_bytes, scenario), _unit_starts(plan, layout, p.num_stages), p.zero3_prefetch),
         (lambda s: layer_bytes(scenario, s), _unit_starts(plan, layout, p.num_stages))
@@ -243,7 +243,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     experts = (lambda s: expert_bytes(scenario, s)) if p.ep > 1 else (lambda s: 0.0)  # as the program's sets
     groups = unit_bucket_groups(scenario)
     buckets = {
-        (what, s): len(bucket_sizes(size, p.bucket)) if groups is None or what == "egrads" else len(groups(s))
+        (what, s): len(bucket_sizes(size, p.bucket_bytes)) if groups is None or what == "egrads" else len(groups(s))
         for s in range(p.num_stages)
         for what, size in (("grads", weight_bytes(scenario, s) - experts(s)), ("egrads", experts(s)))
     }

@@ -63,7 +63,7 @@ def unit_bucket_groups(scenario: Scenario) -> Callable[[int], list[range]] | Non
         return None
     if p.zero == 3:
         return lambda stage: [range(u, u + 1) for u in range(len(stage_units(scenario, stage)))]
-    return lambda stage: unit_buckets(layer_bytes(scenario, stage), p.bucket)
+    return lambda stage: unit_buckets(layer_bytes(scenario, stage), p.bucket_bytes)
 
 
 def gathered_peak_bytes(scenario: Scenario, steps: list[tuple[Phase, int, int]]) -> float:

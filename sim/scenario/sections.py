@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Literal
 
@@ -185,7 +186,12 @@ class ParallelSection(Section):
         le=3,
         description="ZeRO stage: 0 plain data parallel, 1 optimizer state, 2 + gradients, 3 + weights sharded over dp",
     )
-    bucket: Bytes = Field(25 * 2**20, description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default)")
+    bucket: Bytes | None = Field(
+        None,
+        description="gradient bucket size, e.g. '25MiB' (PyTorch DDP's default); default as Megatron-LM: each "
+        "model chunk's whole gradient buffer in one reduction with megatron.overlap_grad_reduce off, else "
+        "buckets of max(40M, 1M x dp) parameters' gradients",
+    )
     zero3_unit_layers: int = Field(
         1,
         gt=0,
@@ -220,6 +226,16 @@ class ParallelSection(Section):
         if sorted(value) != ["dp", "pp", "tp"]:
             raise ValueError(f"must name dp, pp and tp once each, got {value}")
         return value
+
+    @property
+    def bucket_bytes(self) -> float:
+        """The gradient bucket size: `bucket`, or as Megatron-LM sizes it (Megatron-Core
+        DistributedDataParallel.__init__: bucket_size = max(40,000,000, 1,000,000 x dp) parameters,
+        "set to infinity if overlap_grad_reduce is False"), of 16-bit gradients (2 bytes each, as
+        sim.cost.stages.weight_bytes counts what data parallelism moves)."""
+        if self.bucket is not None:
+            return self.bucket
+        return max(40e6, 1e6 * self.dp) * 2.0 if self.megatron.overlap_grad_reduce else math.inf
 
     @property
     def world_size(self) -> int:
