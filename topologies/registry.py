@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from clustersim.topologies.dgx import DGX
 from clustersim.topologies.dragonfly import DRAGONFLY
-from clustersim.topologies.fattree import FATTREE
+from clustersim.topologies.fattree_kind import FATTREE
 from clustersim.topologies.kind import TopologyKind
 from clustersim.topologies.ring import RING
 from clustersim.topologies.switch import SWITCH
