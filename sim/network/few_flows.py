@@ -14,11 +14,14 @@ the same allocation (FewFlows._local), at the cost of their links instead of the
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from clustersim.sim.network.maxmin import TIE
 
 SURVIVE = 1 - 1e-9  # maxmin.rates_that_survive's margin below the slowest leaver's rate
+INF = float("inf")
 SATURATED = 1e-9  # a link loaded within this relative distance of its capacity is saturated
 
 
@@ -73,26 +76,29 @@ class FewFlows:
     ) -> list[int]:
         """New flows (paths as CSR, one value per flow per column; `members`: what each stands
         for, any object, given back by `members_of`); their ids."""
-        ids = []
-        n = len(ptr) - 1
-        members = [None] * n if members is None else members
-        paths = links.tolist()
-        bounds = ptr.tolist()
-        for i, values in enumerate(
-            zip(nbytes.tolist(), latency.tolist(), start.tolist(), src.tolist(), dst.tolist(), group.tolist(), members)
+        flows, on, count = self._flows, self._on, self._count
+        paths, bounds = links.tolist(), ptr.tolist()
+        first, n = self._next_id, len(bounds) - 1
+        self._next_id = first + n
+        columns = (nbytes.tolist(), latency.tolist(), start.tolist(), src.tolist(), dst.tolist(), group.tolist())
+        for fid, lo, hi, size, lat, begin, s, d, g, m in zip(
+            range(first, first + n), bounds, bounds[1:], *columns, members or itertools.repeat(None, n)
         ):
             flow = _Flow()
-            flow.nbytes, flow.latency, flow.start, flow.src, flow.dst, flow.group, flow.members = values
-            flow.links = paths[bounds[i] : bounds[i + 1]]
-            flow.remaining, flow.since, flow.rate, flow.finish_at = flow.nbytes, flow.start, 0.0, float("inf")
-            fid = self._next_id
-            self._next_id += 1
-            self._flows[fid] = flow
-            for link in flow.links:
-                self._on.setdefault(link, {})[fid] = None
-                self._count[link] = self._count.get(link, 0) + 1
-            ids.append(fid)
-        return ids
+            flow.links = path = paths[lo:hi]
+            flow.nbytes = flow.remaining = size
+            flow.latency, flow.src, flow.dst, flow.group, flow.members = lat, s, d, g, m
+            flow.start = flow.since = begin
+            flow.rate, flow.finish_at = 0.0, INF
+            flows[fid] = flow
+            for link in path:
+                crossing = on.get(link)
+                if crossing is None:
+                    on[link], count[link] = {fid: None}, 1
+                else:
+                    crossing[fid] = None
+                    count[link] += 1
+        return list(range(first, first + n))
 
     def take(self, ids: list[int], name: str) -> np.ndarray:
         """One column's values for `ids`, as an array."""
@@ -144,33 +150,37 @@ class FewFlows:
         the slowest leaver (rates_that_survive)."""
         flows, load, count, on, capacity = self._flows, self._load, self._count, self._on, self.capacity_Bps
         floor = min(flows[fid].rate for fid in gone) * SURVIVE
-        freed = {link for fid in gone for link in flows[fid].links}
-        saturated = [link for link in freed if load[link] >= capacity.item(link) * (1 - SATURATED)]
-        touched = []
+        touched: dict[int, None] = {}  # the leavers' links, first met before any leaver leaves them
+        saturated = []  # those of them saturated with the leavers on
         for fid in gone:
             flow = flows.pop(fid)
             for link in flow.links:
-                touched.append(link)
+                if link not in touched:
+                    touched[link] = None
+                    if load[link] >= capacity.item(link) * (1 - SATURATED):
+                        saturated.append(link)
                 count[link] -= 1
                 load[link] -= flow.rate
                 if count[link] == 0:
                     del count[link], load[link], on[link]
                 else:
                     on[link].pop(fid, None)
+        freed = np.fromiter(touched, dtype=np.int64, count=len(touched))
         # only a flow bottlenecked on a link the leavers saturated may gain (_local's argument)
         seeds = sorted({fid for link in saturated for fid in on.get(link, ()) if not flows[fid].rate < floor})
         if not seeds:
-            self.touched, self.last_refilled = np.unique(np.array(touched, dtype=np.int64)), 0
+            freed.sort()
+            self.touched, self.last_refilled = freed, 0
             return
         if self._local(seeds, now):
-            self.touched = np.unique(np.concatenate([np.array(touched, dtype=np.int64), self.touched]))
+            self.touched = np.unique(np.concatenate([freed, self.touched]))
             return
         # max-min rates split over connected components: only the leavers' component can change
         neighbours = dict.fromkeys(fid for link in touched for fid in on.get(link, ()))
         refill = sorted(fid for fid in self.component(list(neighbours)) if not flows[fid].rate < floor)
         self._refill(refill, now)
-        touched.extend(link for fid in refill for link in flows[fid].links)
-        self.touched = np.unique(np.array(touched, dtype=np.int64))
+        again = np.array([link for fid in refill for link in flows[fid].links], dtype=np.int64)
+        self.touched = np.unique(np.concatenate([freed, again]))
 
     def _local(self, seeds: list[int], now: float) -> bool:
         """Fill `seeds` against what the other flows leave of each link, and keep the result if
@@ -199,6 +209,7 @@ class FewFlows:
         """Progressive filling of `refill` against what the other flows leave of each link."""
         flows, load, capacity = self._flows, self._load, self.capacity_Bps
         unfrozen: dict[int, int] = {}
+        owner: dict[int, int] = {}  # link -> the one refilled flow crossing it, or -1: more than one
         for fid in refill:
             flow = flows[fid]
             flow.remaining -= flow.rate * (now - flow.since)
@@ -206,11 +217,33 @@ class FewFlows:
             for link in flow.links:
                 load[link] = load.get(link, 0.0) - flow.rate
                 unfrozen[link] = unfrozen.get(link, 0) + 1
+                if owner.setdefault(link, fid) != fid:
+                    owner[link] = -1
             flow.rate = 0.0
         # max(x, 0.0) written out (0.0 if 0.0 > x else x, the same value): this loop is hot
         residual = {link: 0.0 if 0.0 > (r := capacity.item(link) - load[link]) else r for link in unfrozen}
+        if -1 in owner.values():
+            self._fill_together(refill, unfrozen, residual)
+        else:  # no two share a link: each round's lowest share is a flow's own lowest
+            lowest = sorted((min(residual[link] / unfrozen[link] for link in flows[fid].links), fid) for fid in refill)
+            i = 0
+            while i < len(lowest):
+                best = lowest[i][0]
+                while i < len(lowest) and lowest[i][0] <= best * (1 + TIE):
+                    flows[lowest[i][1]].rate = best
+                    i += 1
+        for fid in refill:
+            flow = flows[fid]
+            for link in flow.links:
+                load[link] += flow.rate
+            flow.finish_at = now + max(flow.remaining, 0.0) / flow.rate if flow.rate > 0 else float("inf")
+        self.last_refilled = len(refill)
+
+    def _fill_together(self, refill: list[int], unfrozen: dict[int, int], residual: dict[int, float]) -> None:
+        """Progressive filling of `refill` (their rates), given what the others leave of each link
+        (`residual`) and how many times the flows cross it (`unfrozen`)."""
+        flows, on = self._flows, self._on
         active = dict.fromkeys(refill)
-        on = self._on
         while active:
             shares = {link: residual[link] / n for link, n in unfrozen.items()}
             best = min(shares.values())
@@ -226,12 +259,6 @@ class FewFlows:
                     left = residual[link] - best
                     residual[link] = 0.0 if 0.0 > left else left
             unfrozen = {link: n for link, n in unfrozen.items() if n > 0}
-        for fid in refill:
-            flow = flows[fid]
-            for link in flow.links:
-                load[link] += flow.rate
-            flow.finish_at = now + max(flow.remaining, 0.0) / flow.rate if flow.rate > 0 else float("inf")
-        self.last_refilled = len(refill)
 
     def next_finish(self, now: float, together: float) -> tuple[float, list[int]]:
         """Delay to the first finish, and the flows finishing within a relative `together` of it."""
