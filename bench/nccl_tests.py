@@ -89,6 +89,11 @@ SUPERBENCH_A100 = (
     "output of host sb-validation-scus-000001 (8 A100-SXM4-40GB), all_reduce_perf / all_gather_perf / "
     "reduce_scatter_perf -b 1 -e 8G -f 2 -g 8 -c 0 (NCCL version not printed), out-of-place"
 )
+OCI_A100_G1 = (
+    "oracle-japan/ocitutorials, content/hpc/tech-knowhow/container-with-singularity/index.md section 6-2-5 (OCI "
+    "BM.GPU4.8), NCCL 2.26.5 (nccl-library=22605), mpirun -n 8 all_reduce_perf -b 10G -e 10G -g 1 (one process per "
+    "GPU), out-of-place"
+)
 GJ_AION_4 = ISSUE_309 + ": another cluster, 4 of its 8 H100 nodes on NDR InfiniBand, mpirun -np 32 -g 1, out-of-place"
 
 
@@ -151,6 +156,7 @@ ROWS = [
     Row(OCI_A100, "DGX A100", "all_reduce", 256 * M, 221.38, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 64 * M, 199.23, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 128 * M, 197.17, 0.15, why=MID_RING),
+    Row(OCI_A100_G1, "DGX A100", "all_reduce", 10 * G, 233.29, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * G, 235.26, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 256 * M, 222.40, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 64 * M, 200.91, 0.05),
