@@ -170,6 +170,23 @@ class Collective:
 Op = Compute | Send | Recv | Collective
 
 
+def with_deps(op: Op, deps: tuple[str, ...]) -> Op:
+    """`op` waiting for `deps` instead, all else (its label too) as it is: what
+    dataclasses.replace(op, deps=deps) gives, without running __init__ again (a program cut at its
+    tensor-parallel collectives copies millions of ops)."""
+    names = _FIELD_NAMES.get(type(op))
+    if names is None:
+        names = _FIELD_NAMES[type(op)] = tuple(f.name for f in dataclasses.fields(op))
+    new = object.__new__(type(op))
+    for name in names:
+        object.__setattr__(new, name, getattr(op, name))
+    object.__setattr__(new, "deps", deps)
+    return new
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # an op type -> its fields, label included
+
+
 @dataclass
 class Program:
     """rank -> ordered ops, plus the facts about the pipelines the validator needs.

@@ -22,7 +22,17 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clustersim.schedules.ir import GRADIENT_PHASES, PIPELINE_PHASES, Collective, Compute, Op, Phase, Program, Recv
+from clustersim.schedules.ir import (
+    GRADIENT_PHASES,
+    PIPELINE_PHASES,
+    Collective,
+    Compute,
+    Op,
+    Phase,
+    Program,
+    Recv,
+    with_deps,
+)
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.stage_pieces import UNIT_ITEM, tp_stage_plan
 from clustersim.schedules.tags import CollectiveTag, ExpertPiece, GradSync, StageInput, TensorPiece
@@ -191,7 +201,7 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
             if not (isinstance(op, Compute) and op.phase in PIPELINE_PHASES and cut[op.stage]):
                 if isinstance(op, Compute) and op.phase == Phase.OPT and op.stage in synced:
                     deps += (synced[op.stage],)
-                out.append(dataclasses.replace(op, deps=deps) if deps != op.deps else op)
+                out.append(with_deps(op, deps) if deps != op.deps else op)
                 if isinstance(op, Compute) and op.phase == Phase.W and cut[op.stage]:  # a W is whole: no collective
                     sync_after(op, op.label)
                 continue

@@ -47,17 +47,22 @@ def _ends(ops: list[Op]) -> dict[str, str]:
     return {_whole_label(op): op.label for op in ops if isinstance(op, Compute)}
 
 
-def validate(program: Program, joins: Callable[[Collective], tuple[int, ...]] = attrgetter("group")) -> None:
+def validate(
+    program: Program, joins: Callable[[Collective], tuple[int, ...]] = attrgetter("group"), dry_run: bool = True
+) -> None:
     """Raise ProgramError at the first broken rule (see the module docstring). `joins`: the ranks
     that must reach each collective (default: its whole group; a program that holds only some of
-    the world's ranks says which of a group's members it holds)."""
+    the world's ranks says which of a group's members it holds). `dry_run` False leaves out the
+    deadlock check, for a program the engine is about to walk: it walks the same ops in the same
+    order and raises DeadlockError naming what each stuck stream waits for."""
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
         _check_chains(pipeline)
         _check_p2p(pipeline)
     _check_collectives(program, joins)
-    _check_deadlock(program, joins)
+    if dry_run:
+        _check_deadlock(program, joins)
 
 
 def _check_structure(program: Program) -> None:

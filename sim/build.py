@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import gc
 from collections.abc import Callable, Collection
+from operator import attrgetter
 
 import networkx as nx
 
@@ -77,11 +78,14 @@ def replica_placements(scenario: Scenario) -> list[dict[int, int]]:
     return [{stage: ranks[r] for stage, r in local.items()} for ranks in pipelines_of(layout_of(scenario))]
 
 
-def make_program(scenario: Scenario, representatives: Collection[int] | None = None, check: bool = True) -> Program:
+def make_program(
+    scenario: Scenario, representatives: Collection[int] | None = None, check: bool = True, dry_run: bool = True
+) -> Program:
     """The validated per-rank op lists: one pipeline per (data-parallel replica, tensor-parallel
     shard), then the tensor-parallel and the data-parallel / ZeRO collectives. `representatives`:
     build only the pipelines of these ranks (a program of representatives, sim.symmetry). `check`
-    False skips the validation (sim.preflight only counts the ops of programs it never runs)."""
+    False skips the validation (sim.preflight only counts the ops of programs it never runs);
+    `dry_run` False its deadlock dry run (for a program the engine walks: schedules.validate)."""
     p, m = scenario.parallel, scenario.model_spec
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
@@ -143,12 +147,8 @@ def make_program(scenario: Scenario, representatives: Collection[int] | None = N
         if p.megatron.overlap_grad_reduce
         else None,
     )
-    if not check:
-        return program
-    if representatives is None:
-        validate(program)
-    else:
-        validate(program, members_held(program))
+    if check:
+        validate(program, attrgetter("group") if representatives is None else members_held(program), dry_run)
     return program
 
 
@@ -293,7 +293,7 @@ def program_of(scenario: Scenario, exact: bool = False) -> Program:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return make_program(scenario, symmetry.representatives if symmetry is not None else None)
+        return make_program(scenario, symmetry.representatives if symmetry is not None else None, dry_run=False)
     finally:
         gc.freeze()
         if was_enabled:

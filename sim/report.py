@@ -245,8 +245,9 @@ def terminal_summary(result: RunResult) -> str:
         )
     if s["symmetry"] is not None:
         lines.append(
-            f"symmetry         {s['symmetry']['simulated_ranks']} ranks walked, each standing for "
-            f"{s['symmetry']['images_per_rank']} (the table lists them); their images landed "
+            f"symmetry         {s['symmetry']['simulated_ranks']} ranks walked, standing for all "
+            f"{round(s['symmetry']['simulated_ranks'] * s['symmetry']['images_per_rank'])} (the table lists them); "
+            "their images landed "
             f"{s['symmetry']['image_spread_s']:.3g} s apart at most"
         )
     if routing := moe_routing_line(s):

@@ -81,18 +81,10 @@ def tflops_per_gpu(log: EventLog, num_gpus: int) -> float:
     return model_flops(log) / (step * num_gpus) / 1e12 if step > 0 else 0.0
 
 
-def mfu(log: EventLog, num_gpus: int, peak_flops: float) -> float:
-    """Model FLOPs utilisation = achieved FLOP/s per GPU / the GPU's peak dense FLOP/s."""
-    return tflops_per_gpu(log, num_gpus) * 1e12 / peak_flops
-
-
 def stream_of_flows(flows: FlowTable, label: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(the streams, sorted; the stream index of each message with label index `label`): a
     flow's label is "stream:...", so the stream is what precedes the first colon."""
-    names = [name.partition(":")[0] for name in flows.labels]
-    streams = sorted(set(names))
-    index = {stream: i for i, stream in enumerate(streams)}
-    stream_of_label = np.array([index[name] for name in names], dtype=np.int64)
+    streams, stream_of_label = flows.label_streams
     return streams, stream_of_label[label] if len(label) else np.zeros(0, np.int64)
 
 

@@ -28,8 +28,9 @@ def summarize(
     their images, and rank averages count each representative for all its images."""
     gpus, gpu = scenario.num_gpus, scenario.gpu_spec
     expand = symmetry.expand if symmetry is not None else (lambda per_rank: per_rank)
-    images = symmetry.images_per_rank if symmetry is not None else 1
+    walked = len(symmetry.representatives) if symmetry is not None else gpus  # whose spans the log holds
     step_s = metrics.step_time_s(log)
+    tflops = metrics.tflops_per_gpu(log, walked)  # every rank computes what its representative does
     breakdown = step_breakdown(log, step_s, message_departures(program, log))
     bubbles = [0.0] * log.num_ranks
     for rank, bubble_s in zip(log.averaged_ranks, breakdown.bubble_s.tolist()):
@@ -55,8 +56,8 @@ def summarize(
         "bubble_fraction_mean": means["bubble_s"] / step_s if step_s > 0 else 0.0,
         "megatron_bubble_over_ideal_per_rank": expand(megatron),
         "megatron_bubble_over_ideal_mean": sum(over_ideal) / len(over_ideal) if over_ideal else None,
-        "tflops_per_gpu": metrics.tflops_per_gpu(log, gpus // images),
-        "mfu": metrics.mfu(log, gpus // images, gpu.peak_flops),
+        "tflops_per_gpu": tflops,
+        "mfu": tflops * 1e12 / gpu.peak_flops,
         "peak_inflight_microbatches_per_rank": expand(metrics.peak_inflight_microbatches_per_rank(log)),
         "num_microbatches": scenario.num_microbatches,
         "numerics_max_abs_err": numerics["max_abs_err"] if numerics else None,
@@ -69,8 +70,8 @@ def summarize(
         "comm_bytes_sent_per_rank": metrics.bytes_sent_per_rank(log),
         **alltoall_summary(log, gpus),
         "symmetry": {
-            "simulated_ranks": len(symmetry.representatives),
-            "images_per_rank": images,
+            "simulated_ranks": walked,
+            "images_per_rank": gpus / walked,  # on average: classes of replicas differ in size
             "image_spread_s": image_spread_s(log.flows),
         }
         if symmetry is not None

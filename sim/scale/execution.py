@@ -30,6 +30,7 @@ from clustersim.sim.scale.symmetry import Symmetry
 from clustersim.topologies.routing import make_router
 
 GroupKey = tuple[str, str, tuple[int, ...], float]  # (kind, algorithm, group, bytes)
+Wired = tuple[np.ndarray, np.ndarray, np.ndarray] | None  # a message's flows (nccl_p2p.wire)
 
 
 class _Identity(dict):
@@ -54,6 +55,7 @@ class Scale:
         self.gpu: Mapping[int, int] = rank_to_gpu if rank_to_gpu is not None else _Identity()
         self.shortcuts = shortcuts
         self._replays: dict[GroupKey, Recording | None] = {}
+        self._wired: dict[tuple[int, int, float], Wired] = {}
 
     # -- what the engine asks -------------------------------------------------------------------
 
@@ -64,10 +66,23 @@ class Scale:
     def send(self, rank: int, peer: int, nbytes: float, label: str) -> simpy.Event:
         """Move a message rank -> peer; the event fires when it lands (as NCCL moves it, when
         the graph has the NCCL layer: sim.collectives.nccl_p2p)."""
-        flows = wire(self.network.graph, [self.gpu[rank]], [self.gpu[peer]], nbytes)
+        flows = self.wired(rank, peer, nbytes)
         if flows is None:
             return self.network.transfer(self.gpu[rank], self.gpu[peer], nbytes, label)
         return self.network.transfer_many(*flows, label)
+
+    def wired(self, rank: int, peer: int, nbytes: float) -> Wired:
+        """The flows of a message rank -> peer and its images (nccl_p2p.wire), or None without the
+        NCCL layer; kept per message (a pipeline sends the same few hundreds of thousands of times)."""
+        key = (rank, peer, nbytes)
+        if key not in self._wired:
+            src, dst = self.messages(rank, peer)
+            self._wired[key] = wire(self.network.graph, src, dst, nbytes)
+        return self._wired[key]
+
+    def messages(self, rank: int, peer: int) -> tuple:
+        """(sources, destinations) of a message rank -> peer: the one, here."""
+        return [self.gpu[rank]], [self.gpu[peer]]
 
     def signal_from(self, rank: int) -> Callable[[int, float, str], float]:
         """(peer, start_s, label) -> latency: record a zero-byte message from `rank` sent at
@@ -151,11 +166,14 @@ class Symmetric(Scale):
 
     def send(self, rank: int, peer: int, nbytes: float, label: str) -> simpy.Event:
         """The message and its images, together."""
-        src, dst = self.symmetry.pairs(rank, peer)
-        flows = wire(self.network.graph, src, dst, nbytes)
+        flows = self.wired(rank, peer, nbytes)
         if flows is None:
-            return self.network.transfer_many(src, dst, nbytes, label)
+            return self.network.transfer_many(*self.symmetry.pairs(rank, peer), nbytes, label)
         return self.network.transfer_many(*flows, label)
+
+    def messages(self, rank: int, peer: int) -> tuple:
+        """The message and its images."""
+        return self.symmetry.pairs(rank, peer)
 
     def ahead(self, op: Collective) -> Recording | None:
         """A replayed collective that its walker meets alone (the other members are its images)."""

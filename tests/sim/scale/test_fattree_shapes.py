@@ -76,6 +76,8 @@ def assert_agree(shape: dict) -> None:
     if f["symmetry"] is not None:
         assert f["symmetry"]["image_spread_s"] == 0.0
     assert f["step_time_s"] == pytest.approx(e["step_time_s"], rel=1e-9)
+    assert f["tflops_per_gpu"] == pytest.approx(e["tflops_per_gpu"], rel=1e-9)
+    assert f["mfu"] == pytest.approx(e["mfu"], rel=1e-9)
     assert f["bubble_fraction_per_rank"] == pytest.approx(e["bubble_fraction_per_rank"], rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(fast.log.links.bytes, exact.log.links.bytes, rtol=1e-9, atol=1e-3)
     for rank, streams in e["comm_bytes_sent_per_rank"].items():

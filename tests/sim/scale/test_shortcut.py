@@ -79,10 +79,10 @@ def test_groups_whose_links_carry_other_traffic_are_not_replayed():
 
 
 def test_a_symmetric_runs_table_lists_its_representatives():
-    """fattree-128-1f1b: pp 4, dp 4, tp 8; one rank per stage is walked, 32 images each."""
+    """fattree-128-1f1b: pp 4, dp 4, tp 8; one rank per stage is walked, standing for all 128."""
     result = simulate(scenario("fattree-128-1f1b"))
     text = terminal_summary(result)
-    assert "symmetry         4 ranks walked, each standing for 32" in text
+    assert "symmetry         4 ranks walked, standing for all 128" in text
     lines = text.splitlines()
     rule = next(i for i, line in enumerate(lines) if line.startswith("----"))  # under the table's header
     assert [int(row.split()[0]) for row in lines[rule + 1 :]] == [0, 8, 16, 24]  # rank (d=0, p, t=0) = 8 p
