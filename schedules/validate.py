@@ -13,7 +13,8 @@ Rules, checked in this order:
               send has exactly one matching receive (peer, tag, bytes) and vice versa
   collectives every member of a collective's group runs it once, with the same kind, group and
               size; a rank is a member of the groups it runs
-  deadlock    a dry run (eager sends, in-order streams) finishes every op
+  deadlock    a dry run (eager sends, in-order streams) finishes every op (not with `dry_run` False:
+              the engine about to walk the program raises DeadlockError naming each stuck stream's wait)
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ def _where(rank: int, index: int, op: Op) -> str:
     return f"rank {rank}, op {index} ({op.label})"
 
 
-def _op_key(op: Compute) -> tuple[Phase, int | None, int]:
-    return op.phase, op.microbatch, op.stage
-
-
 def _whole_label(op: Compute) -> str:
     """The label of the whole op a piece belongs to (the op's own label when it is whole)."""
     return op.label if op.part is None else op.label.rpartition(".")[0]
@@ -52,9 +49,7 @@ def validate(
 ) -> None:
     """Raise ProgramError at the first broken rule (see the module docstring). `joins`: the ranks
     that must reach each collective (default: its whole group; a program that holds only some of
-    the world's ranks says which of a group's members it holds). `dry_run` False leaves out the
-    deadlock check, for a program the engine is about to walk: it walks the same ops in the same
-    order and raises DeadlockError naming what each stuck stream waits for."""
+    the world's ranks says which of a group's members it holds)."""
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
@@ -89,7 +84,7 @@ def _check_coverage_and_order(program: Program) -> None:
             owner = program.stage_to_rank.get(op.stage)
             if owner != rank:
                 raise ProgramError(f"{_where(rank, i, op)}: stage {op.stage} belongs to rank {owner}")
-            key = _op_key(op)
+            key = (op.phase, op.microbatch, op.stage)
             if op.part is not None:
                 _check_piece(rank, i, op, seen)
                 if op.part > 0:
