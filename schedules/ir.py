@@ -171,16 +171,21 @@ Op = Compute | Send | Recv | Collective
 
 
 def with_deps(op: Op, deps: tuple[str, ...]) -> Op:
-    """`op` waiting for `deps` instead, all else (its label too) as it is: what
-    dataclasses.replace(op, deps=deps) gives, without running __init__ again (a program cut at its
-    tensor-parallel collectives copies millions of ops)."""
+    """`op` waiting for `deps` instead (a program cut at its tensor-parallel collectives copies
+    millions of ops): `_replaced`."""
+    return _replaced(op, "deps", deps)
+
+
+def _replaced(op: Op, name: str, value: object) -> Op:
+    """dataclasses.replace(op, name=value) for a field the op's derived ones (label, comm) do not
+    read (deps, peer, group), without running __init__ and __post_init__ again."""
     names = _FIELD_NAMES.get(type(op))
     if names is None:
         names = _FIELD_NAMES[type(op)] = tuple(f.name for f in dataclasses.fields(op))
     new = object.__new__(type(op))
-    for name in names:
-        object.__setattr__(new, name, getattr(op, name))
-    object.__setattr__(new, "deps", deps)
+    for field_name in names:
+        object.__setattr__(new, field_name, getattr(op, field_name))
+    object.__setattr__(new, name, value)
     return new
 
 
@@ -223,9 +228,9 @@ class Program:
 
         def moved(op: Op) -> Op:
             if isinstance(op, (Send, Recv)):
-                return dataclasses.replace(op, peer=new_rank[op.peer])
+                return _replaced(op, "peer", new_rank[op.peer])
             if isinstance(op, Collective):
-                return dataclasses.replace(op, group=tuple(new_rank[r] for r in op.group))
+                return _replaced(op, "group", tuple(new_rank[r] for r in op.group))
             return op
 
         return Program(
