@@ -35,7 +35,7 @@ from clustersim.sim.network.ledger import Ledger, Recording
 from clustersim.sim.network.maxmin import row_lengths
 from clustersim.sim.network.orbits import Orbits
 from clustersim.sim.network.records import FlowTable, LinkStats
-from clustersim.sim.network.routes import Routes, sub_csr
+from clustersim.sim.network.routes import PATTERN_CACHE_SIZE, PATTERN_MAX_MESSAGES, Routes, sub_csr
 from clustersim.topologies.routing import Router, make_router
 from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
@@ -97,6 +97,7 @@ class Network:
         self._batch: Any = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake (ids as _flows gives them)
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
+        self._plans: dict[tuple[bytes, bytes, bytes], tuple] = {}  # _plan's, by messages
         self.ledger = Ledger(self.link_names, self.capacity_Bps, self.orbits)
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
@@ -131,8 +132,31 @@ class Network:
         """Start the messages as flows (in a symmetric run, one flow per orbit among them)."""
         now = self.env.now
         gid = self.ledger.group(label)
+        key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
+        plan = self._plans.get(key) or self._plan(src, dst, nbytes, key)
+        src, dst, nbytes, latency, idle, ptr, links, per_pair, columns, full_src, full_dst = plan
+        land_s = now + float(latency[idle].max()) if idle.any() else now
+        if idle.any():  # zero-byte messages still pay the path latency; a message to oneself pays nothing
+            self._record_idle(src, dst, idle, nbytes, now, now + latency, gid, full_src, full_dst)
+        n = len(ptr) - 1
+        group = _Group(n, land_s, done or self.env.event(), payload)
+        self._groups[gid] = group
+        if n == 0:
+            self._land(gid)
+            return group.done
+        self.ledger.add_bytes(links, per_pair)
+        ids = self._flows.add(ptr, links, start=np.full(n, now), group=np.full(n, gid), **columns)
+        self._flows.fill_component(ids, now)
+        self.reshares += 1
+        self.flows_reshared += self._flows.last_refilled
+        self._after_fill()
+        return group.done
+
+    def _plan(self, src, dst, nbytes, key) -> tuple:
+        """What starting these messages needs besides the time (routes, moving ones, bytes per
+        link), worked out once per (sources, destinations, bytes): a run repeats a few patterns."""
         if self.orbits is None:
-            routed, full_src, full_dst = src != dst, None, None
+            routed, full_src, full_dst, extra = src != dst, None, None, {}
             ptr, links, latency = self.routes.cached(src, dst, lambda s, d: self.routes.route(s, d, s != d))
         else:
             orbits, routes = self.orbits, self.routes
@@ -143,39 +167,17 @@ class Network:
         moving = routed & (nbytes > 0)
         if not moving[routed].all():
             ptr, links = sub_csr(ptr, links, moving[routed])
-        # zero-byte messages still pay the path latency; a message to oneself pays nothing
-        idle = ~moving
-        land_s = float((now + latency[idle]).max()) if idle.any() else now
-        if idle.any():
-            self._record_idle(src, dst, idle, nbytes, now, now + latency, gid, full_src, full_dst)
-        n = int(moving.sum())
-        group = _Group(n, land_s, done or self.env.event(), payload)
-        self._groups[gid] = group
-        if n == 0:
-            self._land(gid)
-            return group.done
-        extra = {}
         per_pair = np.repeat(nbytes[moving], row_lengths(ptr))
         if self.orbits is not None:  # one flow per orbit, on canonical links, standing for its members
-            extra["members"] = [m for m, k in zip(members, moving[routed].tolist()) if k]
-            per_pair *= self.orbits.per_link[links]
-        self.ledger.add_bytes(links, per_pair)
-        ids = self._flows.add(
-            ptr,
-            links,
-            nbytes=nbytes[moving],
-            latency=latency[moving],
-            start=np.full(n, now),
-            src=src[moving],
-            dst=dst[moving],
-            group=np.full(n, gid),
-            **extra,
-        )
-        self._flows.fill_component(ids, now)
-        self.reshares += 1
-        self.flows_reshared += self._flows.last_refilled
-        self._after_fill()
-        return group.done
+            extra = {"members": [m for m, k in zip(members, moving[routed].tolist()) if k]}
+            per_pair = per_pair * self.orbits.per_link[links]
+        columns = dict(nbytes=nbytes[moving], latency=latency[moving], src=src[moving], dst=dst[moving], **extra)
+        plan = (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst)
+        if len(src) <= PATTERN_MAX_MESSAGES:
+            if len(self._plans) >= PATTERN_CACHE_SIZE:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
 
     def _record_idle(self, src, dst, idle, nbytes, start, end, gid, full_src, full_dst) -> None:
         """Record messages that move no bytes (zero bytes, or to oneself) as delivered; in a
