@@ -35,7 +35,7 @@ from clustersim.sim.network.ledger import Ledger, Recording
 from clustersim.sim.network.maxmin import row_lengths
 from clustersim.sim.network.orbits import Orbits
 from clustersim.sim.network.records import FlowTable, LinkStats
-from clustersim.sim.network.routes import PATTERN_CACHE_SIZE, PATTERN_MAX_MESSAGES, Routes, sub_csr
+from clustersim.sim.network.routes import Routes, kept, sub_csr
 from clustersim.topologies.routing import Router, make_router
 from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
@@ -133,7 +133,7 @@ class Network:
         now = self.env.now
         gid = self.ledger.group(label)
         key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
-        plan = self._plans.get(key) or self._plan(src, dst, nbytes, key)
+        plan = kept(self._plans, key, len(src), lambda: self._plan(src, dst, nbytes))
         src, dst, nbytes, latency, idle, ptr, links, per_pair, columns, full_src, full_dst = plan
         land_s = now + float(latency[idle].max()) if idle.any() else now
         if idle.any():  # zero-byte messages still pay the path latency; a message to oneself pays nothing
@@ -152,9 +152,9 @@ class Network:
         self._after_fill()
         return group.done
 
-    def _plan(self, src, dst, nbytes, key) -> tuple:
+    def _plan(self, src, dst, nbytes) -> tuple:
         """What starting these messages needs besides the time (routes, moving ones, bytes per
-        link), worked out once per (sources, destinations, bytes): a run repeats a few patterns."""
+        link), which _start_group keeps per (sources, destinations, bytes): a run repeats a few."""
         if self.orbits is None:
             routed, full_src, full_dst, extra = src != dst, None, None, {}
             ptr, links, latency = self.routes.cached(src, dst, lambda s, d: self.routes.route(s, d, s != d))
@@ -172,12 +172,7 @@ class Network:
             extra = {"members": [m for m, k in zip(members, moving[routed].tolist()) if k]}
             per_pair = per_pair * self.orbits.per_link[links]
         columns = dict(nbytes=nbytes[moving], latency=latency[moving], src=src[moving], dst=dst[moving], **extra)
-        plan = (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst)
-        if len(src) <= PATTERN_MAX_MESSAGES:
-            if len(self._plans) >= PATTERN_CACHE_SIZE:
-                self._plans.clear()
-            self._plans[key] = plan
-        return plan
+        return (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst)
 
     def _record_idle(self, src, dst, idle, nbytes, start, end, gid, full_src, full_dst) -> None:
         """Record messages that move no bytes (zero bytes, or to oneself) as delivered; in a

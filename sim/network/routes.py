@@ -37,14 +37,7 @@ class Routes:
 
     def cached(self, src: np.ndarray, dst: np.ndarray, make: Callable[[np.ndarray, np.ndarray], Any]) -> Any:
         """make(src, dst), cached by the (src, dst) pattern."""
-        if len(src) > PATTERN_MAX_MESSAGES:  # a one-off bulk (an all-to-all): not worth keeping
-            return make(src, dst)
-        key = (src.tobytes(), dst.tobytes())
-        if key not in self._patterns:
-            if len(self._patterns) >= PATTERN_CACHE_SIZE:
-                self._patterns.clear()
-            self._patterns[key] = make(src, dst)
-        return self._patterns[key]
+        return kept(self._patterns, (src.tobytes(), dst.tobytes()), len(src), lambda: make(src, dst))
 
     def route(self, src: np.ndarray, dst: np.ndarray, routed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(ptr, links) of the `routed` messages' routes (CSR) and every message's latency."""
@@ -66,6 +59,18 @@ class Routes:
                 self.route(np.array([src]), np.array([dst]), np.array([src != dst]))[2][0]
             )
         return latency_s
+
+
+def kept(store: dict, key: Any, messages: int, make: Callable[[], Any]) -> Any:
+    """make(), kept in `store` under `key` for a pattern of at most PATTERN_MAX_MESSAGES messages (a
+    bigger one, an all-to-all's bulk, is a one-off), `store` emptied when it holds PATTERN_CACHE_SIZE."""
+    if messages > PATTERN_MAX_MESSAGES:
+        return make()
+    if key not in store:
+        if len(store) >= PATTERN_CACHE_SIZE:
+            store.clear()
+        store[key] = make()
+    return store[key]
 
 
 def sub_csr(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
