@@ -75,7 +75,7 @@ class FewFlows:
         self, ptr: np.ndarray, links: np.ndarray, nbytes, latency, start, src, dst, group, members: list | None = None
     ) -> list[int]:
         """New flows (paths as CSR, one value per flow per column; `members`: what each stands
-        for, any object, given back by `members_of`); their ids."""
+        for, any object, given back when it lands: BundledFlows.records); their ids."""
         flows, on, count = self._flows, self._on, self._count
         paths, bounds = links.tolist(), ptr.tolist()
         first, n = self._next_id, len(bounds) - 1
@@ -103,9 +103,6 @@ class FewFlows:
     def take(self, ids: list[int], name: str) -> np.ndarray:
         """One column's values for `ids`, as an array."""
         return np.array([getattr(self._flows[i], name) for i in ids])
-
-    def members_of(self, ids: list[int]) -> list:
-        return [self._flows[i].members for i in ids]
 
     def loads(self, links: np.ndarray) -> np.ndarray:
         load = self._load
@@ -144,12 +141,13 @@ class FewFlows:
         self._refill(refill, now)
         self.touched = np.unique(np.array([link for fid in refill for link in self._flows[fid].links], dtype=np.int64))
 
-    def finish(self, gone: list[int], now: float) -> None:
+    def finish(self, gone: list[int], now: float, floor: float | None = None) -> None:
         """Remove flows `gone`; re-fill the flows whose rate may change: those connected to the
         leavers through shared links (the others share no link with them) and not slower than
-        the slowest leaver (rates_that_survive)."""
+        the slowest leaver (rates_that_survive; `floor`: the slowest of a larger batch, if given)."""
         flows, load, count, on, capacity = self._flows, self._load, self._count, self._on, self.capacity_Bps
-        floor = min(flows[fid].rate for fid in gone) * SURVIVE
+        if floor is None:
+            floor = min(flows[fid].rate for fid in gone) * SURVIVE
         touched: dict[int, None] = {}  # the leavers' links, first met before any leaver leaves them
         saturated = []  # those of them saturated with the leavers on
         for fid in gone:

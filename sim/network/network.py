@@ -29,7 +29,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from clustersim.sim.network.few_flows import FewFlows
+from clustersim.sim.network.bundles import BundledFlows
 from clustersim.sim.network.flows import ActiveFlows, Flows
 from clustersim.sim.network.ledger import Ledger, Recording
 from clustersim.sim.network.maxmin import row_lengths
@@ -92,7 +92,7 @@ class Network:
     def _reset_state(self) -> None:
         # a symmetric run's quotient has a handful of flows in flight: kept as Python objects
         self._flows: Flows = (
-            ActiveFlows(self.capacity_Bps) if self.orbits is None else FewFlows(self.orbits.capacity_Bps)
+            ActiveFlows(self.capacity_Bps) if self.orbits is None else BundledFlows(self.orbits.capacity_Bps)
         )
         self._batch: Any = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake (ids as _flows gives them)
         self._generation = 0
@@ -134,7 +134,7 @@ class Network:
         gid = self.ledger.group(label)
         key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
         plan = kept(self._plans, key, len(src), lambda: self._plan(src, dst, nbytes))
-        src, dst, nbytes, latency, idle, ptr, links, per_pair, columns, full_src, full_dst = plan
+        src, dst, nbytes, latency, idle, ptr, links, per_pair, columns, full_src, full_dst, bundle = plan
         land_s = now + float(latency[idle].max()) if idle.any() else now
         if idle.any():  # zero-byte messages still pay the path latency; a message to oneself pays nothing
             self._record_idle(src, dst, idle, nbytes, now, now + latency, gid, full_src, full_dst)
@@ -145,8 +145,10 @@ class Network:
             self._land(gid)
             return group.done
         self.ledger.add_bytes(links, per_pair)
-        ids = self._flows.add(ptr, links, start=np.full(n, now), group=np.full(n, gid), **columns)
-        self._flows.fill_component(ids, now)
+        ids = cast(BundledFlows, self._flows).start(bundle, now, gid) if bundle is not None else None
+        if ids is None:
+            ids = self._flows.add(ptr, links, start=np.full(n, now), group=np.full(n, gid), **columns)
+            self._flows.fill_component(ids, now)
         self.reshares += 1
         self.flows_reshared += self._flows.last_refilled
         self._after_fill()
@@ -172,7 +174,10 @@ class Network:
             extra = {"members": [m for m, k in zip(members, moving[routed].tolist()) if k]}
             per_pair = per_pair * self.orbits.per_link[links]
         columns = dict(nbytes=nbytes[moving], latency=latency[moving], src=src[moving], dst=dst[moving], **extra)
-        return (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst)
+        bundle = None  # how its flows start on free links (sim.network.bundles)
+        if self.orbits is not None and len(ptr) > 1:
+            bundle = BundledFlows.template(self.orbits.capacity_Bps, ptr, links, columns)
+        return (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst, bundle)
 
     def _record_idle(self, src, dst, idle, nbytes, start, end, gid, full_src, full_dst) -> None:
         """Record messages that move no bytes (zero bytes, or to oneself) as delivered; in a
@@ -217,6 +222,7 @@ class Network:
         flows, finished = self._flows, self._batch
         landing = self.env.now + flows.take(finished, "latency")
         finished_groups = flows.take(finished, "group")
+        weights = np.ones(len(finished), np.int64)  # flows each finished id stands for
         if isinstance(flows, ActiveFlows):
             links, owner = flows.pairs_of(finished)
             ptr = np.zeros(len(finished) + 1, dtype=np.int64)
@@ -231,29 +237,21 @@ class Network:
                 ptr,
                 links,
             )
-        else:  # every member of each finished orbit lands with it
-            self._record_members(cast(FewFlows, flows), finished, landing, finished_groups)
+        else:  # every member of each finished orbit lands with it (a bundle's flows one by one)
+            bundled = cast(BundledFlows, flows)
+            weights = bundled.weights(finished)
+            self.ledger.record_orbits(*bundled.records(finished, landing.tolist(), finished_groups.tolist()))
         flows.finish(finished, self.env.now)
         self.reshares += 1
         self.flows_reshared += flows.last_refilled
         for gid in np.unique(finished_groups).tolist():
             group = self._groups[gid]
             mine = finished_groups == gid
-            group.pending -= int(mine.sum())
+            group.pending -= int(weights[mine].sum())
             group.land_s = max(group.land_s, float(landing[mine].max()))
             if group.pending == 0:
                 self._land(gid)
         self._after_fill()
-
-    def _record_members(self, flows: FewFlows, finished: list[int], landing: np.ndarray, groups: np.ndarray) -> None:
-        """Note the finished orbits (their members are listed, or summed, at the end)."""
-        self.ledger.record_orbits(
-            flows.members_of(finished),
-            flows.take(finished, "start").tolist(),
-            landing.tolist(),
-            flows.take(finished, "nbytes").tolist(),
-            groups.tolist(),
-        )
 
     def _land(self, gid: int) -> None:
         group = self._groups.pop(gid)

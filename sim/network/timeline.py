@@ -45,6 +45,11 @@ def load_timeline(
         else:  # each change, once per wanted link of its orbit
             real = np.flatnonzero(wanted)
             canon_of = canon[real]
+            if links is not None:  # first the changes of orbits with a wanted link (of millions, a few)
+                hit = np.zeros(num_links, dtype=bool)
+                hit[canon_of] = True
+                keep = hit[link]
+                t, link, v, place = t[keep], link[keep], v[keep], place[keep]
             by_canon = real[np.argsort(canon_of, kind="stable")]
             ptr = np.zeros(num_links + 1, dtype=np.int64)
             np.cumsum(np.bincount(canon_of, minlength=num_links), out=ptr[1:])
