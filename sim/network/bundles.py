@@ -89,7 +89,7 @@ class BundledFlows(FewFlows):
     def start(self, t: Template, now: float, group: int) -> list[int] | None:
         """Start `t`'s flows as one bundle if none of its links carries a flow (its id), else None."""
         on = self._on
-        if any(link in on for link in t.crossings):
+        if not on.keys().isdisjoint(t.crossings):
             return None
         fid = self._next_id
         self._next_id += len(t.paths)  # its flows' ids, should it be expanded
@@ -106,10 +106,10 @@ class BundledFlows(FewFlows):
         bundle.start = bundle.since = now
         bundle.rate, bundle.finish_at = t.rate, now + max(t.nbytes, 0.0) / t.rate
         self._flows[fid] = bundle
-        for link, n in t.crossings.items():
+        for link in t.crossings:
             on[link] = {fid: None}
-            self._count[link] = n
-            self._load[link] = t.loads[link]
+        self._count.update(t.crossings)
+        self._load.update(t.loads)
         self.touched, self.last_refilled = t.touched, len(t.paths)
         self._known = (t.touched, t.touched_loads, t.touched_counts)
         return [fid]

@@ -212,16 +212,14 @@ class Ledger:
         if self._listing():
             return FlowTable.summed_default()
         sums: dict[tuple[int, str], list] = {}  # (recording or members, stream) -> [src, dst, bytes, first label]
+        stream = [label.split(":", 1)[0] for label in self.labels]  # by group id
         for r, _, gid, _ in self._replays:
-            entry = sums.setdefault(
-                (id(r), self.labels[gid].split(":", 1)[0]),
-                [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid],
-            )
+            if (entry := sums.get(key := (id(r), stream[gid]))) is None:
+                entry = sums[key] = [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid]
             entry[2] += r.messages[4]
         for members, _, _, nbytes, gid in self._orbit_records:
-            entry = sums.setdefault(
-                (id(members), self.labels[gid].split(":", 1)[0]), [members[0], members[1], 0.0, gid]
-            )
+            if (entry := sums.get(key := (id(members), stream[gid]))) is None:
+                entry = sums[key] = [members[0], members[1], 0.0, gid]
             entry[2] += nbytes
         src, dst, nbytes, label = zip(
             *((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid)) for s, d, b, gid in sums.values())
