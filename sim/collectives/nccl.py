@@ -160,7 +160,7 @@ def tune(
     base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
     used, total = tuning.channels_used(algo, protocol, shape, nbytes)
-    slower = total / used / tuning.tree_correction(algo, protocol, op, nbytes)
+    slower = total / used / tuning.run_correction(algo, protocol, op, nbytes)
     tuned = _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, slower)
     if algo == "nvls":
         tuned = replace(tuned, fill_s=nvls_fill_s(shape, nbytes, SYSTEMS[config.system].nvlink_Bps, tuned.intra_factor))
@@ -222,6 +222,9 @@ def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps,
     intra = 1.0 if copy else system.nvlink_Bps / nccl_nvlink_Bps
     if algo.startswith("nvls"):
         intra /= tuning.NVLS_EFFICIENCY[tuning.ARCHS.index(system.arch)]
+    if algo == "nvls_tree":  # each GPU link carries M (1 + 1/G): no faster than NCCL's per-channel cap allows
+        gpus = shape.ranks / shape.nodes
+        intra = max(intra, system.nvlink_Bps / (1 + 1 / gpus) / (tuning.nvls_tree_cap_GBps(shape) * 1e9))
     per_nic_Bps = graph.bw_inter_GBps * 1e9 * graph.channels / max(shape.nics, 1)
     inter = (nic_Bps / per_nic_Bps) if (nic_Bps and shape.nodes > 1) else 1.0
     protocol_factor = P2P_WIRE_FACTOR[protocol] if algo == "pxn" else simple_bw / bw if bw > 0 else 1.0

@@ -135,6 +135,15 @@ def nvls_chunk_bytes(nbytes: float, channels: int, heads: int) -> int:
     return chunk
 
 
+def nvls_tree_cap_GBps(shape: Shape) -> float:
+    """The algorithm bandwidth NCCL's NVLS-tree reaches at most: its channels x tuning.cc's
+    perChMaxNVLSTreeBws (what NVIDIA measures one NVLS-tree channel to carry, by node count: 57.7
+    GB/s on two H100 nodes, 45.5 on more), as bus bandwidth converted by nRanks / nsteps."""
+    a, index2 = ARCHS.index(shape.arch), min(shape.nodes, 3) - 1
+    bus = ring_graph(shape).channels * PER_CH_MAX_NVLS_TREE[a][index2]
+    return bus * shape.ranks / steps_of("all_reduce", shape.ranks)
+
+
 def steps_of(op: str, ranks: int) -> int:
     """nsteps of ncclTopoTuneModel: 2(n-1) for all_reduce, n-1 for reduce_scatter / all_gather, n else."""
     return 2 * (ranks - 1) if op == "all_reduce" else ranks - 1 if op in ("reduce_scatter", "all_gather") else ranks
@@ -198,9 +207,27 @@ def _latency(op: str, algo: str, p: int, shape: Shape, nsteps: int, ppn: float) 
 
 def tree_correction(algo: str, proto: str, op: str, nbytes: float) -> float:
     """The factor ncclTopoGetAlgoTime puts on a tree all-reduce's bandwidth at this size (1 elsewhere)."""
+    return _correction(algo, proto, op, nbytes) if algo == "tree" else 1.0
+
+
+def run_correction(algo: str, proto: str, op: str, nbytes: float) -> float:
+    """The factor on a call's rate at this size: the tree's (tree_correction), and the same table on an
+    NVLS-tree all-reduce up to 512 MiB, as NCCL applies it since v2.29.2 (ncclTopoGetAlgoTime,
+    `algorithm == NCCL_ALGO_NVLS_TREE ... logSize < 24`) on Blackwell. On Hopper NCCL leaves it out of its
+    choice (so `choose` does too), but its runs fall short of the uncorrected rate by as much: the
+    NVLS-tree sweeps of two H100 clusters on 2, 4 and 8 nodes (nccl-tests#309) all reach 86-92% of their
+    own 8 GiB rate at 256 MiB (docs/calibration.md)."""
+    if algo == "nvls_tree":
+        return _correction(algo, proto, op, nbytes)
+    return tree_correction(algo, proto, op, nbytes)
+
+
+def _correction(algo: str, proto: str, op: str, nbytes: float) -> float:
+    """treeCorrectionFactor at log2i(nbytes >> 6) for an all-reduce: below index 23 for the tree, 24 for
+    the NVLS-tree (as in NCCL's ncclTopoGetAlgoTime); 1 outside the table."""
     log_size = int(nbytes) >> 6
     index = log_size.bit_length() - 1  # log2i(nbytes >> 6); -1 below 64 bytes
-    if algo != "tree" or op != "all_reduce" or not 0 <= index < 23:
+    if op != "all_reduce" or not 0 <= index < (23 if algo == "tree" else 24):
         return 1.0
     return TREE_CORRECTION[proto][index]
 
