@@ -18,7 +18,8 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
 - bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
 - both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92),
   by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc), and for
-  a tree all-reduce by 1 / tuning.cc's size correction (nccl_tuning.tree_correction);
+  a tree or NVLS-tree all-reduce by 1 / tuning.cc's size correction (nccl_tuning.run_correction);
+- NVLS-tree's NVLink bytes go no faster than tuning.cc's per-channel cap (nvls_tree_cap_GBps);
 - every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies, x 1.4
   for a multi-node Simple ring all-reduce, nccl_tuning.ring_plateau; the path latency the network
   charges counts toward it), and the first step NCCL's base latency more;
