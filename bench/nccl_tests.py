@@ -141,8 +141,9 @@ FIRST_SIZE = (
 )
 TREE_LL128 = (
     "latency-bound (tree, LL128): 16-37 us per call more than the model on both clusters at 1 MiB over 2 and 8 "
-    "nodes, where NCCL's own model is 19-54% fast too; tuning.cc has no per-call cost for the proxy that "
-    "posts each network step (src/proxy.cc) and no public figure gives one"
+    "nodes, where NCCL's own model is 19-54% fast too; a first-trip fill like LL's (20 warps x 1920 bytes per "
+    "trip, prims_ll128.h) would bring these within 3% but put the same source's 256 KiB rows 23% slow and its "
+    "four-node 1 MiB row 18% slow, so the layer leaves LL128's out (docs/calibration.md)"
 )
 MID_RING = (
     "ring, Simple, within one 384 MiB loop (24 channels x 8 ranks x 2 MiB chunks, runRing in all_reduce.h): the "
@@ -157,11 +158,6 @@ MID_RING_32 = (
 GATHER_RAMP = (
     "out-of-place all_gather ramps more slowly than in-place on this host (1 GiB: 212.88 out of place, 220.61 in "
     "place, +3.4% against the latter; 8 GiB 223.39 and 230.07); the layer has one all_gather for both"
-)
-TREE_SMALL = (
-    "latency-bound (tree, LL): 5.7-7.8 us per call more than the model on 2 and 4 nodes of the same source "
-    "(32.1 and 46.8 us), where NCCL's own model is 24-28% fast too (tuning.cc: 6.8 us + 2 x (7 x 0.6 + log2 "
-    "nodes x 5.0) us); no public figure gives the per-call network cost it lacks"
 )
 ROWS = [
     Row(AZURE_A100, "DGX A100", "all_reduce", 8 * G, 231.58, 0.05),
@@ -202,12 +198,12 @@ ROWS = [
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * G, 358.14, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 294.16, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 24.73, 0.15),
-    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.34, 0.25, why=TREE_SMALL),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.34, 0.15),
     Row(GJ_AION_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 324.52, 0.10, why=GJ_CLUSTER),
     Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 468.46, 0.05),
     Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 392.35, 0.05),
     Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 27.33, 0.30, why=TREE_LL128),
-    Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.48, 0.25, why=TREE_SMALL),
+    Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.48, 0.15),
     Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 466.73, 0.05),
     Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 388.31, 0.05),
     Row(

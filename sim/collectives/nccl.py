@@ -23,8 +23,9 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
 - every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies, x 1.4
   for a multi-node Simple ring all-reduce, nccl_tuning.ring_plateau; the path latency the network
   charges counts toward it), and the first step NCCL's base latency more;
-- single-node NVLS pays its pipeline's fill once (`nvls_fill_s`); a ring has none (every rank sends
-  from the first step on, and each step's data is what the previous one delivered).
+- single-node NVLS pays its pipeline's fill once (`nvls_fill_s`), a tree LL all-reduce its first trip
+  through every hop (nccl_tuning.tree_ll_fill_us); a ring has none (every rank sends from the first
+  step on, and each step's data is what the previous one delivered).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Tuned:
     rails: tuple[int, ...]  # each rank's GPU's index inside its node (its NIC's rail)
     base_latency_s: float  # once, on the first step
     hop_latency_s: float  # per step, the network's path latency included
-    fill_s: float = 0.0  # once: a pipeline's fill beyond its steady rate (single-node NVLS)
+    fill_s: float = 0.0  # once: a pipeline's fill beyond its steady rate (single-node NVLS, tree LL)
 
 
 ALGOS = {"nccl_ring": "ring", "nccl_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pxn": "pxn"}
@@ -165,6 +166,8 @@ def tune(
     tuned = _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, slower)
     if algo == "nvls":
         tuned = replace(tuned, fill_s=nvls_fill_s(shape, nbytes, SYSTEMS[config.system].nvlink_Bps, tuned.intra_factor))
+    if (algo, protocol) == ("tree", "LL"):
+        tuned = replace(tuned, fill_s=tuning.tree_ll_fill_us(shape, nbytes, used) * 1e-6)
     return tuned
 
 

@@ -64,6 +64,9 @@ RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # chunk (NCCL_NVLS_CHUNKSIZE's default)
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
 NVLS_CHUNK_BYTES = 128 * 1024
+# src/device/prims_ll.h: each of a channel's NCCL_LL_MAX_NTHREADS (512) threads moves one line of 8 data
+# bytes per trip (`offset += nthreads`) and forwards it as soon as its flag says it has landed
+LL_TRIP_BYTES = 512 * 8
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,22 @@ def nvls_tree_cap_GBps(shape: Shape) -> float:
     a, index2 = ARCHS.index(shape.arch), min(shape.nodes, 3) - 1
     bus = ring_graph(shape).channels * PER_CH_MAX_NVLS_TREE[a][index2]
     return bus * shape.ranks / steps_of("all_reduce", shape.ranks)
+
+
+def tree_ll_fill_us(shape: Shape, nbytes: float, channels: int) -> float:
+    """What a tree LL all-reduce takes beyond latency + bytes / rate: a channel's first trip (one line
+    per thread, LL_TRIP_BYTES) crosses every hop in turn, 2 (ppn - 1) NVLink and 2 log2(nodes) network
+    steps of the chain up and down, before the root's sum is back, each at a channel's tree LL rate
+    (tuning.cc: the search's speed x 0.92 within perChMaxTreeBw, / 3.8), and the steady pipeline pays one
+    of those. NCCL's newer cost model writes the same first-chunk term for trees (src/tuning/
+    pipeline_model: T_first over the tree's steps); its Hopper tuning.cc has no such term. LL128's and
+    Simple's trips (20 warps x 1920 bytes, 512 KiB slices) would give theirs; they are left out
+    (docs/calibration.md: the runs do not bear out a trip of that size)."""
+    a, index2 = ARCHS.index(shape.arch), min(shape.nodes, 3) - 1
+    speed = ring_graph(shape).bw_inter_GBps if shape.nodes > 2 else ring_graph(shape).bw_intra_GBps
+    rate_GBps = min(speed * 0.92, PER_CH_MAX_TREE[a][index2]) / 3.8
+    steps = 2 * (shape.ranks // shape.nodes - 1) + 2 * int(math.log2(shape.nodes))
+    return max(steps - 1, 0) * min(LL_TRIP_BYTES, nbytes / channels) / (rate_GBps * 1e3)
 
 
 def steps_of(op: str, ranks: int) -> int:

@@ -164,6 +164,20 @@ def test_nvls_tree_runs_at_nccls_per_channel_cap_and_its_medium_size_correction(
     assert big - mid == pytest.approx((8 * GiB - 256 * 2**20 / 0.9) / cap_Bps, rel=1e-9)
 
 
+def test_tree_ll_pays_its_first_trip_through_every_hop():
+    # four H100 nodes: 2 x 7 NVLink + 2 x 2 network steps; a channel's first trip is 512 threads x 8 bytes
+    # (prims_ll.h); a channel's tree LL rate min(45 x 0.92, perChMaxTreeBw 36.0) / 3.8 (tuning.cc); an 8 KiB
+    # call runs on 2 channels (enqueue.cc: 4 KiB each), so its trip is the whole 4 KiB
+    h100_4 = shape(4, "hopper", 18, 50)
+    fill_us = (18 - 1) * 4096 / (36.0 / 3.8 * 1e3)
+    assert nccl_tuning.tree_ll_fill_us(h100_4, 8192, 2) == pytest.approx(fill_us)
+    assert nccl_tuning.tree_ll_fill_us(h100_4, 1024, 1) == pytest.approx(fill_us / 4)  # a 1 KiB trip
+    config = nccl.NcclConfig(system="H100")
+    tuned = nccl.tune("all_reduce", "nccl_tree", config, h100_4, 8192, 50e9, tuple(range(8)) * 4)
+    assert tuned.protocol == "LL" and tuned.fill_s == pytest.approx(fill_us * 1e-6)
+    assert nccl.tune("all_reduce", "nccl_tree", config, h100_4, 2**20, 50e9, tuple(range(8)) * 4).fill_s == 0.0
+
+
 def test_protocol_override_and_layer_off(capsys):
     assert (
         main(
