@@ -47,6 +47,10 @@ SYSTEMS = {
         "fattree:nodes=4,gpus_per_node=8,nvlink_bandwidth_Bps=300e9,nic_bandwidth_Bps=25e9",
         "A100",
     ),
+    "2 DGX A100, 8 HDR rails": (
+        "fattree:nodes=2,gpus_per_node=8,nvlink_bandwidth_Bps=300e9,nic_bandwidth_Bps=25e9",
+        "A100",
+    ),
     "6 DGX H100, 8 NDR rails": ("fattree:nodes=6,gpus_per_node=8", "H100"),
     "4 DGX H100, 8 NDR rails": ("fattree:nodes=4,gpus_per_node=8", "H100"),
     "2 DGX H100, 8 NDR rails": ("fattree:nodes=2,gpus_per_node=8", "H100"),
@@ -94,6 +98,15 @@ OCI_A100_G1 = (
     "oracle-japan/ocitutorials, content/hpc/tech-knowhow/container-with-singularity/index.md section 6-2-5 (OCI "
     "BM.GPU4.8), NCCL 2.26.5 (nccl-library=22605), mpirun -n 8 all_reduce_perf -b 10G -e 10G -g 1 (one process per "
     "GPU), out-of-place"
+)
+GCM = (
+    "theap06/gcm (a copy of Meta's facebookresearch/gcm), gcm/tests/health_checks_tests/test_check_nccl.py, "
+    "nccl-tests output kept as test data"
+)
+GCM_1 = GCM + " (sample_single_success_output): 8 A100-SXM4-80GB, NCCL 2.16.2, one process per GPU, out-of-place"
+GCM_2 = (
+    GCM + " (sample_pairwise_success_output): 2 hosts (fairwus3, Azure ND A100 v4: 8 A100-SXM4-80GB, 8 HDR NICs), "
+    "NCCL 2.12.12, one process per GPU, out-of-place"
 )
 GJ_AION = ISSUE_309 + ": gj-aion, another cluster of 8 H100 nodes on 400G InfiniBand (2025-06-18), NCCL's defaults"
 GJ_AION_4 = GJ_AION + ", 4 of the 8 nodes, mpirun -np 32 -N 8 all_reduce_perf -b 1M -e 8G -f 2 -g 1, out-of-place"
@@ -193,6 +206,19 @@ ROWS = [
     Row(JEAUGEY_212 + ": ~370 GB/s for non-allreduce operations", "DGX H100", "reduce_scatter", 8 * G, 370.0, 0.05),
     Row(ISSUE_1281 + ": reduce_scatter busbw 360 GB/s", "DGX H100", "reduce_scatter", 8 * G, 360.0, 0.05),
     Row(ISSUE_1281 + ": all_gather busbw 350 GB/s", "DGX H100", "all_gather", 8 * G, 350.0, 0.05),
+    Row(GCM_1, "DGX A100", "all_reduce", 1 * G, 231.72, 0.05),
+    Row(GCM_1, "DGX A100", "all_reduce", 256 * M, 223.05, 0.05),
+    Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 182.80, 0.05),
+    Row(
+        GCM_2,
+        "2 DGX A100, 8 HDR rails",
+        "all_reduce",
+        256 * M,
+        169.69,
+        0.10,
+        why="two nodes, ring, Simple under NCCL 2.12.12: the run ramps more slowly than the layer and than NCCL's "
+        "own model, which are the same here (179.39 GB/s); 1 GiB is +3.2%",
+    ),
     Row(JEAUGEY_160, "4 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 192.0, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 364.93, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * G, 358.14, 0.05),
@@ -318,6 +344,10 @@ SWEEPS = {
         0.05, 0.10, 0.19, 0.34, 0.65, 1.29, 2.50, 4.55, 7.49, 13.94, 24.73, 21.24,
         53.77, 74.78, 125.23, 172.92, 224.53, 262.48, 294.16, 334.58, 358.14, 361.56, 363.54, 364.93,
     ),
+    # Meta's gcm test data: one A100 node and two, out-of-place busbw from 32 MiB to 1 GiB
+    (GCM_1, "DGX A100", "auto"): (None,) * 15 + (170.31, 210.68, 204.26, 223.05, 226.63, 231.72, None, None, None),
+    (GCM_2, "2 DGX A100, 8 HDR rails", "auto"): (None,) * 15 + (96.76, 131.49, 144.60, 169.69, 176.80, 182.80)
+    + (None,) * 3,
     # nccl-tests#309's first table: two bare-metal XE9680, NCCL 2.26.2, out-of-place busbw at the same sizes
     (QOOFYK_2, "2 DGX H100, 8 NDR rails", "auto"): (
         0.06, 0.14, 0.25, 0.48, 0.94, 1.80, 3.63, 6.34, 10.10, 12.65, 27.33, 51.58,
