@@ -152,6 +152,13 @@ FIRST_SIZE = (
     "the run's first size: out-of-place {} us against {} us in place ({} GB/s), the warm-up of the first call; "
     "past it the tree's LL128 latency across nodes is short as below"
 )
+FIRST_2 = FIRST_SIZE.format(93.25, 82.98, 23.69) + " (+48% against the in-place figure)"
+FIRST_4 = FIRST_SIZE.format(317.0, 93.26, 21.78) + " (+20% against the in-place figure)"
+GJ_DIP = "this run's 256 MiB point is below its own 128 MiB one (234.35 against 246.41; 235.91 in place); " + GJ_CLUSTER
+RING_RAMP = (
+    "two nodes, ring, Simple under NCCL 2.12.12: the run ramps more slowly than the layer and than NCCL's own "
+    "model, which are the same here (179.39 GB/s); 1 GiB is +3.2%"
+)
 TREE_LL128 = (
     "latency-bound (tree, LL128): 16-37 us per call more than the model on both clusters at 1 MiB over 2 and 8 "
     "nodes, where NCCL's own model is 19-54% fast too; a first-trip fill like LL's (20 warps x 1920 bytes per "
@@ -209,16 +216,7 @@ ROWS = [
     Row(GCM_1, "DGX A100", "all_reduce", 1 * G, 231.72, 0.05),
     Row(GCM_1, "DGX A100", "all_reduce", 256 * M, 223.05, 0.05),
     Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 182.80, 0.05),
-    Row(
-        GCM_2,
-        "2 DGX A100, 8 HDR rails",
-        "all_reduce",
-        256 * M,
-        169.69,
-        0.10,
-        why="two nodes, ring, Simple under NCCL 2.12.12: the run ramps more slowly than the layer and than NCCL's "
-        "own model, which are the same here (179.39 GB/s); 1 GiB is +3.2%",
-    ),
+    Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 256 * M, 169.69, 0.10, why=RING_RAMP),
     Row(JEAUGEY_160, "4 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 192.0, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 364.93, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * G, 358.14, 0.05),
@@ -232,34 +230,9 @@ ROWS = [
     Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.48, 0.15),
     Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 466.73, 0.05),
     Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 388.31, 0.05),
-    Row(
-        GJ_AION_2,
-        "2 DGX H100, 8 NDR rails",
-        "all_reduce",
-        1 * M,
-        21.08,
-        0.70,
-        why=FIRST_SIZE.format(93.25, 82.98, 23.69) + " (+48% against the in-place figure)",
-    ),
-    Row(
-        GJ_AION_4,
-        "4 DGX H100, 8 NDR rails",
-        "all_reduce",
-        256 * M,
-        234.35,
-        0.30,
-        why="this run's 256 MiB point is below its own 128 MiB one (234.35 against 246.41; 235.91 in place); "
-        + GJ_CLUSTER,
-    ),
-    Row(
-        GJ_AION_4,
-        "4 DGX H100, 8 NDR rails",
-        "all_reduce",
-        1 * M,
-        6.41,
-        3.10,
-        why=FIRST_SIZE.format(317.0, 93.26, 21.78) + " (+20% against the in-place figure)",
-    ),
+    Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 21.08, 0.70, why=FIRST_2),
+    Row(GJ_AION_4, "4 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 234.35, 0.30, why=GJ_DIP),
+    Row(GJ_AION_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 6.41, 3.10, why=FIRST_4),
     Row(GJ_AION_8, "8 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 320.70, 0.15, why=GJ_CLUSTER),
     Row(GJ_AION_8, "8 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 270.31, 0.10, why=GJ_CLUSTER),
     Row(GJ_AION_8, "8 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 17.64, 0.25, why=TREE_LL128),
