@@ -175,6 +175,11 @@ MID_RING_32 = (
     "ring, Simple: 63-87 us per call more than the model in both runs without the Azure run's slowdown "
     "(superbenchmark 374.3 us, OCI 398.2 us); NCCL's own model is 4% faster still (open)"
 )
+A100_LL = (
+    "ring, LL on one A100 node: this host and the OCI one take 75-77 us per 1 MiB call, Azure's 51 us and the "
+    "layer 55 us (-7.9% against Azure); from 512 KiB to 2 MiB the three hosts differ by 26-64% (none prints its "
+    "NCCL version but Azure's), and NCCL's own model is 1.2-2.4x fast against all three (open)"
+)
 GATHER_RAMP = (
     "out-of-place all_gather ramps more slowly than in-place on this host (1 GiB: 212.88 out of place, 220.61 in "
     "place, +3.4% against the latter; 8 GiB 223.39 and 230.07); the layer has one all_gather for both"
@@ -190,12 +195,16 @@ ROWS = [
     Row(OCI_A100, "DGX A100", "all_reduce", 256 * M, 221.38, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 64 * M, 199.23, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 128 * M, 197.17, 0.15, why=MID_RING),
+    Row(OCI_A100, "DGX A100", "all_reduce", 1 * M, 23.92, 0.40, why=A100_LL),
+    Row(OCI_A100, "DGX A100", "all_reduce", 8 * K, 0.44, 0.15),
     Row(OCI_A100_G1, "DGX A100", "all_reduce", 10 * G, 233.29, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * G, 235.26, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 256 * M, 222.40, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 64 * M, 200.91, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 128 * M, 202.11, 0.15, why=MID_RING),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 32 * M, 156.89, 0.25, why=MID_RING_32),
+    Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 1 * M, 24.54, 0.40, why=A100_LL),
+    Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * K, 0.40, 0.15),
     Row(SUPERBENCH_A100, "DGX A100", "all_gather", 8 * G, 223.39, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_gather", 1 * G, 212.88, 0.10, why=GATHER_RAMP),
     Row(SUPERBENCH_A100, "DGX A100", "reduce_scatter", 8 * G, 231.52, 0.05),
