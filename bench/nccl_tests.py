@@ -47,9 +47,14 @@ SYSTEMS = {
         "fattree:nodes=4,gpus_per_node=8,nvlink_bandwidth_Bps=300e9,nic_bandwidth_Bps=25e9",
         "A100",
     ),
+    "2 DGX A100, 8 HDR rails": (
+        "fattree:nodes=2,gpus_per_node=8,nvlink_bandwidth_Bps=300e9,nic_bandwidth_Bps=25e9",
+        "A100",
+    ),
     "6 DGX H100, 8 NDR rails": ("fattree:nodes=6,gpus_per_node=8", "H100"),
     "4 DGX H100, 8 NDR rails": ("fattree:nodes=4,gpus_per_node=8", "H100"),
     "2 DGX H100, 8 NDR rails": ("fattree:nodes=2,gpus_per_node=8", "H100"),
+    "8 DGX H100, 8 NDR rails": ("fattree:nodes=8,gpus_per_node=8", "H100"),
 }
 
 AZURE_A100 = (
@@ -74,11 +79,11 @@ ISSUE_267 = (
 )
 ISSUE_309 = "NVIDIA/nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309), 2025"
 QOOFYK_4 = (
-    ISSUE_309 + ": 4 VMs of Dell XE9680 (8 H100 SXM, 8 ConnectX-7 NDR each), NCCL 2.26.2, mpirun -np 32 "
+    ISSUE_309 + ": qoofyk, 4 VMs of Dell XE9680 (8 H100 SXM, 8 ConnectX-7 NDR each), NCCL 2.26.2, mpirun -np 32 "
     "all_reduce_perf -b 8 -e 16g -f 2 -g 1 (one process per GPU), NCCL_NET_GDR_LEVEL=1, out-of-place; "
     "K. Iskra (NVIDIA): 'a good number'"
 )
-QOOFYK_2 = ISSUE_309 + ": 2 Dell XE9680 (bare metal), NCCL 2.26.2, mpirun -np 16 -g 1, out-of-place"
+QOOFYK_2 = ISSUE_309 + ": qoofyk, 2 Dell XE9680 (bare metal), NCCL 2.26.2, mpirun -np 16 -g 1, out-of-place"
 OCI_A100 = (
     "oracle-japan/ocitutorials, tutorials/_intermediates/spinup-gpu-cluster.md section 4-2 (OCI BM.GPU4.8: 8 "
     "A100-SXM4-40GB on NVSwitch), all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8 in horovod/horovod:latest (CUDA 11.3; "
@@ -94,7 +99,19 @@ OCI_A100_G1 = (
     "BM.GPU4.8), NCCL 2.26.5 (nccl-library=22605), mpirun -n 8 all_reduce_perf -b 10G -e 10G -g 1 (one process per "
     "GPU), out-of-place"
 )
-GJ_AION_4 = ISSUE_309 + ": another cluster, 4 of its 8 H100 nodes on NDR InfiniBand, mpirun -np 32 -g 1, out-of-place"
+GCM = (
+    "theap06/gcm (a copy of Meta's facebookresearch/gcm), gcm/tests/health_checks_tests/test_check_nccl.py, "
+    "nccl-tests output kept as test data"
+)
+GCM_1 = GCM + " (sample_single_success_output): 8 A100-SXM4-80GB, NCCL 2.16.2, one process per GPU, out-of-place"
+GCM_2 = (
+    GCM + " (sample_pairwise_success_output): 2 hosts (fairwus3, Azure ND A100 v4: 8 A100-SXM4-80GB, 8 HDR NICs), "
+    "NCCL 2.12.12, one process per GPU, out-of-place"
+)
+GJ_AION = ISSUE_309 + ": gj-aion, another cluster of 8 H100 nodes on 400G InfiniBand (2025-06-18), NCCL's defaults"
+GJ_AION_4 = GJ_AION + ", 4 of the 8 nodes, mpirun -np 32 -N 8 all_reduce_perf -b 1M -e 8G -f 2 -g 1, out-of-place"
+GJ_AION_2 = GJ_AION + ", 2 of the 8 nodes, mpirun -np 16 -g 1, out-of-place"
+GJ_AION_8 = GJ_AION + ", all 8 nodes, mpirun -np 64 -g 1, out-of-place"
 
 
 @dataclass(frozen=True)
@@ -126,9 +143,27 @@ LAUNCH = (
     "host time per call is a floor the layer does not have; the run is flat at 42-45 us from 1 to 16 KiB, where "
     "the simulated GPU time is 33-36 us and NCCL's own model 15 us"
 )
-RAMP = (
-    "busbw still rises from 256 MiB to 8 GiB (NVLS-tree): ~170 us per call more than the model at 256 MiB, "
-    "~100 us from 1 GiB on, so no one fill term fits both; NCCL's own cost model is 14% fast here too"
+GJ_CLUSTER = (
+    "that cluster runs 7-10% below the same hardware elsewhere at 8 GiB (364.93 on 4 nodes, 466.73-468.46 on 2 "
+    "in the same thread); NVIDIA points at its network's adaptive routing and settings, and with NCCL_MIN_CTAS=24 "
+    "NCCL_IB_QPS_PER_CONNECTION=2 its 8 nodes reach 391.37 GB/s (24 NVLS channels, not NCCL's default 16)"
+)
+FIRST_SIZE = (
+    "the run's first size: out-of-place {} us against {} us in place ({} GB/s), the warm-up of the first call; "
+    "past it the tree's LL128 latency across nodes is short as below"
+)
+FIRST_2 = FIRST_SIZE.format(93.25, 82.98, 23.69) + " (+48% against the in-place figure)"
+FIRST_4 = FIRST_SIZE.format(317.0, 93.26, 21.78) + " (+20% against the in-place figure)"
+GJ_DIP = "this run's 256 MiB point is below its own 128 MiB one (234.35 against 246.41; 235.91 in place); " + GJ_CLUSTER
+RING_RAMP = (
+    "two nodes, ring, Simple under NCCL 2.12.12: the run ramps more slowly than the layer and than NCCL's own "
+    "model, which are the same here (179.39 GB/s); 1 GiB is +3.2%"
+)
+TREE_LL128 = (
+    "latency-bound (tree, LL128): 16-37 us per call more than the model on both clusters at 1 MiB over 2 and 8 "
+    "nodes, where NCCL's own model is 19-54% fast too; a first-trip fill like LL's (20 warps x 1920 bytes per "
+    "trip, prims_ll128.h) would bring these within 3% but put the same source's 256 KiB rows 23% slow and its "
+    "four-node 1 MiB row 18% slow, so the layer leaves LL128's out (docs/calibration.md)"
 )
 MID_RING = (
     "ring, Simple, within one 384 MiB loop (24 channels x 8 ranks x 2 MiB chunks, runRing in all_reduce.h): the "
@@ -140,11 +175,15 @@ MID_RING_32 = (
     "ring, Simple: 63-87 us per call more than the model in both runs without the Azure run's slowdown "
     "(superbenchmark 374.3 us, OCI 398.2 us); NCCL's own model is 4% faster still (open)"
 )
+A100_LL = (
+    "ring, LL on one A100 node: this host and the OCI one take 75-77 us per 1 MiB call, Azure's 51 us and the "
+    "layer 55 us (-7.9% against Azure); from 512 KiB to 2 MiB the three hosts differ by 26-64% (none prints its "
+    "NCCL version but Azure's), and NCCL's own model is 1.2-2.4x fast against all three (open)"
+)
 GATHER_RAMP = (
     "out-of-place all_gather ramps more slowly than in-place on this host (1 GiB: 212.88 out of place, 220.61 in "
     "place, +3.4% against the latter; 8 GiB 223.39 and 230.07); the layer has one all_gather for both"
 )
-TREE_SMALL = "latency-bound (tree, LL): NCCL's own cost model is 28% fast here too (36 us against 47 us)"
 ROWS = [
     Row(AZURE_A100, "DGX A100", "all_reduce", 8 * G, 231.58, 0.05),
     Row(AZURE_A100, "DGX A100", "all_reduce", 1 * G, 228.10, 0.05),
@@ -156,12 +195,16 @@ ROWS = [
     Row(OCI_A100, "DGX A100", "all_reduce", 256 * M, 221.38, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 64 * M, 199.23, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 128 * M, 197.17, 0.15, why=MID_RING),
+    Row(OCI_A100, "DGX A100", "all_reduce", 1 * M, 23.92, 0.40, why=A100_LL),
+    Row(OCI_A100, "DGX A100", "all_reduce", 8 * K, 0.44, 0.15),
     Row(OCI_A100_G1, "DGX A100", "all_reduce", 10 * G, 233.29, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * G, 235.26, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 256 * M, 222.40, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 64 * M, 200.91, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 128 * M, 202.11, 0.15, why=MID_RING),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 32 * M, 156.89, 0.25, why=MID_RING_32),
+    Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 1 * M, 24.54, 0.40, why=A100_LL),
+    Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * K, 0.40, 0.15),
     Row(SUPERBENCH_A100, "DGX A100", "all_gather", 8 * G, 223.39, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_gather", 1 * G, 212.88, 0.10, why=GATHER_RAMP),
     Row(SUPERBENCH_A100, "DGX A100", "reduce_scatter", 8 * G, 231.52, 0.05),
@@ -179,32 +222,29 @@ ROWS = [
     Row(JEAUGEY_212 + ": ~370 GB/s for non-allreduce operations", "DGX H100", "reduce_scatter", 8 * G, 370.0, 0.05),
     Row(ISSUE_1281 + ": reduce_scatter busbw 360 GB/s", "DGX H100", "reduce_scatter", 8 * G, 360.0, 0.05),
     Row(ISSUE_1281 + ": all_gather busbw 350 GB/s", "DGX H100", "all_gather", 8 * G, 350.0, 0.05),
+    Row(GCM_1, "DGX A100", "all_reduce", 1 * G, 231.72, 0.05),
+    Row(GCM_1, "DGX A100", "all_reduce", 256 * M, 223.05, 0.05),
+    Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 182.80, 0.05),
+    Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 256 * M, 169.69, 0.10, why=RING_RAMP),
     Row(JEAUGEY_160, "4 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 192.0, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 364.93, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * G, 358.14, 0.05),
-    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 294.16, 0.15, why=RAMP),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 294.16, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 24.73, 0.15),
-    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.34, 0.25, why=TREE_SMALL),
-    Row(
-        GJ_AION_4,
-        "4 DGX H100, 8 NDR rails",
-        "all_reduce",
-        8 * G,
-        324.52,
-        0.10,
-        why="the same hardware measures 364.93 GB/s on the first cluster of the thread (12% apart); NVIDIA points "
-        "at that network's adaptive routing and settings",
-    ),
-    Row(
-        QOOFYK_2,
-        "2 DGX H100, 8 NDR rails",
-        "all_reduce",
-        8 * G,
-        468.46,
-        0.10,
-        why="two nodes (an 'aberration, an ideal case for the tree', NVIDIA says in the thread): NCCL's own model "
-        "is within 2%, the link-level NVLS-tree 9% fast, so its NIC half at two nodes is where to look",
-    ),
+    Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.34, 0.15),
+    Row(GJ_AION_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 324.52, 0.10, why=GJ_CLUSTER),
+    Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 468.46, 0.05),
+    Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 392.35, 0.05),
+    Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 27.33, 0.30, why=TREE_LL128),
+    Row(QOOFYK_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * K, 0.48, 0.15),
+    Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 466.73, 0.05),
+    Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 388.31, 0.05),
+    Row(GJ_AION_2, "2 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 21.08, 0.70, why=FIRST_2),
+    Row(GJ_AION_4, "4 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 234.35, 0.30, why=GJ_DIP),
+    Row(GJ_AION_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 6.41, 3.10, why=FIRST_4),
+    Row(GJ_AION_8, "8 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 320.70, 0.15, why=GJ_CLUSTER),
+    Row(GJ_AION_8, "8 DGX H100, 8 NDR rails", "all_reduce", 256 * M, 270.31, 0.10, why=GJ_CLUSTER),
+    Row(GJ_AION_8, "8 DGX H100, 8 NDR rails", "all_reduce", 1 * M, 17.64, 0.25, why=TREE_LL128),
     Row(
         ISSUE_267,
         "6 DGX H100, 8 NDR rails",
@@ -286,13 +326,34 @@ SWEEPS = {
         0.05, 0.10, 0.19, 0.34, 0.65, 1.29, 2.50, 4.55, 7.49, 13.94, 24.73, 21.24,
         53.77, 74.78, 125.23, 172.92, 224.53, 262.48, 294.16, 334.58, 358.14, 361.56, 363.54, 364.93,
     ),
+    # Meta's gcm test data: one A100 node and two, out-of-place busbw from 32 MiB to 1 GiB
+    (GCM_1, "DGX A100", "auto"): (None,) * 15 + (170.31, 210.68, 204.26, 223.05, 226.63, 231.72, None, None, None),
+    (GCM_2, "2 DGX A100, 8 HDR rails", "auto"): (None,) * 15 + (96.76, 131.49, 144.60, 169.69, 176.80, 182.80)
+    + (None,) * 3,
+    # nccl-tests#309's first table: two bare-metal XE9680, NCCL 2.26.2, out-of-place busbw at the same sizes
+    (QOOFYK_2, "2 DGX H100, 8 NDR rails", "auto"): (
+        0.06, 0.14, 0.25, 0.48, 0.94, 1.80, 3.63, 6.34, 10.10, 12.65, 27.33, 51.58,
+        83.33, 118.57, 169.67, 234.81, 269.98, 336.29, 392.35, 426.97, 448.90, 461.24, 466.52, 468.46,
+    ),
+    # the second cluster of nccl-tests#309 from 1 MiB (None: sizes its runs did not cover); its 8-node 8 MiB point
+    # (12.98 out-of-place, 51.38 in place) and 4-node 1 MiB point (6.41, 21.78 in place) are the runs' outliers
+    (GJ_AION_2, "2 DGX H100, 8 NDR rails", "auto"): (None,) * 10 + (
+        21.08, 41.73, 70.91, 103.78, 156.07, 228.91, 263.66, 335.25, 388.31, 423.57, 447.65, 459.29, 465.77, 466.73,
+    ),
+    (GJ_AION_4, "4 DGX H100, 8 NDR rails", "auto"): (None,) * 10 + (
+        6.41, 17.91, 35.13, 68.01, 106.75, 157.14, 208.34, 246.41, 234.35, 288.88, 322.02, 322.71, 324.99, 324.52,
+    ),
+    (GJ_AION_8, "8 DGX H100, 8 NDR rails", "auto"): (None,) * 10 + (
+        17.64, 28.78, 40.52, 12.98, 87.36, 129.63, 184.00, 227.97, 270.31, 300.51, 286.81, 319.03, 319.83, 320.70,
+    ),
 }  # fmt: skip
 
 
 def sweep_rows(source: str, system: str, algo: str) -> list[Row]:
     """One all_reduce row per size of a sweep (no bound: the sweep shows the shape, fit or not)."""
     busbws = SWEEPS[(source, system, algo)]
-    return [Row(source, system, "all_reduce", s, b, math.inf, algo=algo) for s, b in zip(SWEEP_SIZES, busbws)]
+    pairs = zip(SWEEP_SIZES, busbws)
+    return [Row(source, system, "all_reduce", s, b, math.inf, algo=algo) for s, b in pairs if b is not None]
 
 
 def nccl_model(row: Row, algo: str, protocol: str) -> float:
@@ -308,7 +369,7 @@ def sweep_table(source: str, system: str, algo: str) -> str:
     """A sweep as markdown: published, simulated and NCCL-model busbw, errors, and the time gap."""
     forced = "NCCL's own choice" if algo == "auto" else f"{algo} forced"
     lines = [
-        f"{system}, all_reduce, {forced}: {source.split(',')[0]}",
+        f"{system}, all_reduce, {forced}: {', '.join(source.split(', ')[:2])}",
         "",
         "| size | NCCL's choice | published busbw | simulated | error | NCCL's model | its error | "
         "published - simulated time |",

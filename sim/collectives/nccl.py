@@ -18,12 +18,14 @@ How the costs enter the flow network (sim.collectives.nccl_algorithms applies th
 - bytes on a NIC hop by NIC rate / the channel speed NCCL's search settles on (search.cc);
 - both by Simple bandwidth / the protocol's bandwidth (tuning.cc: LL halves it, LL128 x 0.92),
   by the graph's channels / the call's: a small call runs on fewer channels (enqueue.cc), and for
-  a tree all-reduce by 1 / tuning.cc's size correction (nccl_tuning.tree_correction);
+  a tree or NVLS-tree all-reduce by 1 / tuning.cc's size correction (nccl_tuning.run_correction);
+- NVLS-tree's NVLink bytes go no faster than tuning.cc's per-channel cap (nvls_tree_cap_GBps);
 - every step takes at least NCCL's per-hop latency of the protocol (tuning.cc hwLatencies, x 1.4
   for a multi-node Simple ring all-reduce, nccl_tuning.ring_plateau; the path latency the network
   charges counts toward it), and the first step NCCL's base latency more;
-- single-node NVLS pays its pipeline's fill once (`nvls_fill_s`); a ring has none (every rank sends
-  from the first step on, and each step's data is what the previous one delivered).
+- single-node NVLS pays its pipeline's fill once (`nvls_fill_s`), a tree LL all-reduce its first trip
+  through every hop (nccl_tuning.tree_ll_fill_us); a ring has none (every rank sends from the first
+  step on, and each step's data is what the previous one delivered).
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class Tuned:
     rails: tuple[int, ...]  # each rank's GPU's index inside its node (its NIC's rail)
     base_latency_s: float  # once, on the first step
     hop_latency_s: float  # per step, the network's path latency included
-    fill_s: float = 0.0  # once: a pipeline's fill beyond its steady rate (single-node NVLS)
+    fill_s: float = 0.0  # once: a pipeline's fill beyond its steady rate (single-node NVLS, tree LL)
 
 
 ALGOS = {"nccl_ring": "ring", "nccl_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree", "pxn": "pxn"}
@@ -160,10 +162,12 @@ def tune(
     base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
     used, total = tuning.channels_used(algo, protocol, shape, nbytes)
-    slower = total / used / tuning.tree_correction(algo, protocol, op, nbytes)
+    slower = total / used / tuning.run_correction(algo, protocol, op, nbytes)
     tuned = _tuned(call, op, algo, algo, protocol, latency_us - base_us, steps, slower)
     if algo == "nvls":
         tuned = replace(tuned, fill_s=nvls_fill_s(shape, nbytes, SYSTEMS[config.system].nvlink_Bps, tuned.intra_factor))
+    if (algo, protocol) == ("tree", "LL"):
+        tuned = replace(tuned, fill_s=tuning.tree_ll_fill_us(shape, nbytes, used) * 1e-6)
     return tuned
 
 
@@ -222,6 +226,9 @@ def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps,
     intra = 1.0 if copy else system.nvlink_Bps / nccl_nvlink_Bps
     if algo.startswith("nvls"):
         intra /= tuning.NVLS_EFFICIENCY[tuning.ARCHS.index(system.arch)]
+    if algo == "nvls_tree":  # each GPU link carries M (1 + 1/G): no faster than NCCL's per-channel cap allows
+        gpus = shape.ranks / shape.nodes
+        intra = max(intra, system.nvlink_Bps / (1 + 1 / gpus) / (tuning.nvls_tree_cap_GBps(shape) * 1e9))
     per_nic_Bps = graph.bw_inter_GBps * 1e9 * graph.channels / max(shape.nics, 1)
     inter = (nic_Bps / per_nic_Bps) if (nic_Bps and shape.nodes > 1) else 1.0
     protocol_factor = P2P_WIRE_FACTOR[protocol] if algo == "pxn" else simple_bw / bw if bw > 0 else 1.0

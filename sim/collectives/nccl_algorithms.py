@@ -177,7 +177,8 @@ def tree_all_reduce(plan: Plan) -> Iterator[Step]:
                 src += [a, b]
                 dst += [b, a]
                 nbytes += [share, share]
-    yield retraffic(plan, src, dst, nbytes, _all_reduce_data(plan), tuned.base_latency_s + tuned.hop_latency_s)
+    latency_s = tuned.base_latency_s + tuned.hop_latency_s + tuned.fill_s  # fill: LL's first trip (nccl.tune)
+    yield retraffic(plan, src, dst, nbytes, _all_reduce_data(plan), latency_s)
 
 
 def _nvls_traffic(plan: Plan) -> tuple[list[int], list[int], list[float]]:

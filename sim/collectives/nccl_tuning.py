@@ -64,6 +64,9 @@ RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 # chunk (NCCL_NVLS_CHUNKSIZE's default)
 NVLS_CHANNELS = {"hopper": 16, "blackwell": 24}
 NVLS_CHUNK_BYTES = 128 * 1024
+# src/device/prims_ll.h: each of a channel's NCCL_LL_MAX_NTHREADS (512) threads moves one line of 8 data
+# bytes per trip (`offset += nthreads`) and forwards it as soon as its flag says it has landed
+LL_TRIP_BYTES = 512 * 8
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,31 @@ def nvls_chunk_bytes(nbytes: float, channels: int, heads: int) -> int:
     return chunk
 
 
+def nvls_tree_cap_GBps(shape: Shape) -> float:
+    """The algorithm bandwidth NCCL's NVLS-tree reaches at most: its channels x tuning.cc's
+    perChMaxNVLSTreeBws (what NVIDIA measures one NVLS-tree channel to carry, by node count: 57.7
+    GB/s on two H100 nodes, 45.5 on more), as bus bandwidth converted by nRanks / nsteps."""
+    a, index2 = ARCHS.index(shape.arch), min(shape.nodes, 3) - 1
+    bus = ring_graph(shape).channels * PER_CH_MAX_NVLS_TREE[a][index2]
+    return bus * shape.ranks / steps_of("all_reduce", shape.ranks)
+
+
+def tree_ll_fill_us(shape: Shape, nbytes: float, channels: int) -> float:
+    """What a tree LL all-reduce takes beyond latency + bytes / rate: a channel's first trip (one line
+    per thread, LL_TRIP_BYTES) crosses every hop in turn, 2 (ppn - 1) NVLink and 2 log2(nodes) network
+    steps of the chain up and down, before the root's sum is back, each at a channel's tree LL rate
+    (tuning.cc: the search's speed x 0.92 within perChMaxTreeBw, / 3.8), and the steady pipeline pays one
+    of those. NCCL's newer cost model writes the same first-chunk term for trees (src/tuning/
+    pipeline_model: T_first over the tree's steps); its Hopper tuning.cc has no such term. LL128's and
+    Simple's trips (20 warps x 1920 bytes, 512 KiB slices) would give theirs; they are left out
+    (docs/calibration.md: the runs do not bear out a trip of that size)."""
+    a, index2 = ARCHS.index(shape.arch), min(shape.nodes, 3) - 1
+    speed = ring_graph(shape).bw_inter_GBps if shape.nodes > 2 else ring_graph(shape).bw_intra_GBps
+    rate_GBps = min(speed * 0.92, PER_CH_MAX_TREE[a][index2]) / 3.8
+    steps = 2 * (shape.ranks // shape.nodes - 1) + 2 * int(math.log2(shape.nodes))
+    return max(steps - 1, 0) * min(LL_TRIP_BYTES, nbytes / channels) / (rate_GBps * 1e3)
+
+
 def steps_of(op: str, ranks: int) -> int:
     """nsteps of ncclTopoTuneModel: 2(n-1) for all_reduce, n-1 for reduce_scatter / all_gather, n else."""
     return 2 * (ranks - 1) if op == "all_reduce" else ranks - 1 if op in ("reduce_scatter", "all_gather") else ranks
@@ -198,9 +226,27 @@ def _latency(op: str, algo: str, p: int, shape: Shape, nsteps: int, ppn: float) 
 
 def tree_correction(algo: str, proto: str, op: str, nbytes: float) -> float:
     """The factor ncclTopoGetAlgoTime puts on a tree all-reduce's bandwidth at this size (1 elsewhere)."""
+    return _correction(algo, proto, op, nbytes) if algo == "tree" else 1.0
+
+
+def run_correction(algo: str, proto: str, op: str, nbytes: float) -> float:
+    """The factor on a call's rate at this size: the tree's (tree_correction), and the same table on an
+    NVLS-tree all-reduce up to 512 MiB, as NCCL applies it since v2.29.2 (ncclTopoGetAlgoTime,
+    `algorithm == NCCL_ALGO_NVLS_TREE ... logSize < 24`) on Blackwell. On Hopper NCCL leaves it out of its
+    choice (so `choose` does too), but its runs fall short of the uncorrected rate by as much: the
+    NVLS-tree sweeps of two H100 clusters on 2, 4 and 8 nodes (nccl-tests#309) all reach 86-92% of their
+    own 8 GiB rate at 256 MiB (docs/calibration.md)."""
+    if algo == "nvls_tree":
+        return _correction(algo, proto, op, nbytes)
+    return tree_correction(algo, proto, op, nbytes)
+
+
+def _correction(algo: str, proto: str, op: str, nbytes: float) -> float:
+    """treeCorrectionFactor at log2i(nbytes >> 6) for an all-reduce: below index 23 for the tree, 24 for
+    the NVLS-tree (as in NCCL's ncclTopoGetAlgoTime); 1 outside the table."""
     log_size = int(nbytes) >> 6
     index = log_size.bit_length() - 1  # log2i(nbytes >> 6); -1 below 64 bytes
-    if algo != "tree" or op != "all_reduce" or not 0 <= index < 23:
+    if op != "all_reduce" or not 0 <= index < (23 if algo == "tree" else 24):
         return 1.0
     return TREE_CORRECTION[proto][index]
 

@@ -141,6 +141,43 @@ def test_nvls_all_reduce_is_the_port_load_closed_form_plus_its_pipeline_fill(nby
     assert resolve_protocol(graph, "all_reduce", "auto", range(8), 8 * GiB) == ("nvls", "Simple")
 
 
+def test_nvls_tree_runs_at_nccls_per_channel_cap_and_its_medium_size_correction():
+    # two H100 nodes: tuning.cc's perChMaxNVLSTreeBws (Hopper, 2 nodes) 57.7 GB/s per channel x 8 channels is
+    # NCCL's busbw; as algorithm bandwidth x nRanks / nsteps = 16 / 30. Below the NVLink flows' own rate
+    # (12 x 30 GB/s x 0.85 / (1 + 1/8) = 272 GB/s) and the NICs' (M/8 each at 45 GB/s: 360 GB/s), so it sets the time
+    h100_2 = shape(2, "hopper", 18, 50)
+    cap_Bps = 8 * 57.7 * 16 / 30 * 1e9
+    assert nccl_tuning.nvls_tree_cap_GBps(h100_2) * 1e9 == pytest.approx(cap_Bps)
+    assert nccl_tuning.nvls_tree_cap_GBps(shape(4, "hopper", 18, 50)) == pytest.approx(8 * 45.5 * 32 / 62)
+    # treeCorrectionFactor (Simple) on the NVLS-tree's rate up to 512 MiB (log2i(nbytes >> 6) < 24), as NCCL
+    # >= 2.29.2 applies it on Blackwell; NCCL's choice on Hopper leaves it out, so tree_correction does too
+    assert nccl_tuning.run_correction("nvls_tree", "Simple", "all_reduce", 256 * 2**20) == 0.9
+    assert nccl_tuning.run_correction("nvls_tree", "Simple", "all_reduce", 64 * 2**20) == 0.8
+    assert nccl_tuning.run_correction("nvls_tree", "Simple", "all_reduce", GiB) == 1.0
+    assert nccl_tuning.tree_correction("nvls_tree", "Simple", "all_reduce", 256 * 2**20) == 1.0
+    assert nccl_tuning.run_correction("tree", "LL", "all_reduce", 8 * 2**10) == 0.7
+    graph = parse_spec("fattree:nodes=2,gpus_per_node=8")
+    graph.graph[nccl.NCCL] = nccl.NcclConfig(system="H100")
+    big, _ = time_collective(graph, "all_reduce", "nvls_tree", None, 8 * GiB)
+    mid, _ = time_collective(graph, "all_reduce", "nvls_tree", None, 256 * 2**20)
+    # the fixed latency is the same for both sizes; the bytes go at the cap, 256 MiB's slowed by 1 / 0.9
+    assert big - mid == pytest.approx((8 * GiB - 256 * 2**20 / 0.9) / cap_Bps, rel=1e-9)
+
+
+def test_tree_ll_pays_its_first_trip_through_every_hop():
+    # four H100 nodes: 2 x 7 NVLink + 2 x 2 network steps; a channel's first trip is 512 threads x 8 bytes
+    # (prims_ll.h); a channel's tree LL rate min(45 x 0.92, perChMaxTreeBw 36.0) / 3.8 (tuning.cc); an 8 KiB
+    # call runs on 2 channels (enqueue.cc: 4 KiB each), so its trip is the whole 4 KiB
+    h100_4 = shape(4, "hopper", 18, 50)
+    fill_us = (18 - 1) * 4096 / (36.0 / 3.8 * 1e3)
+    assert nccl_tuning.tree_ll_fill_us(h100_4, 8192, 2) == pytest.approx(fill_us)
+    assert nccl_tuning.tree_ll_fill_us(h100_4, 1024, 1) == pytest.approx(fill_us / 4)  # a 1 KiB trip
+    config = nccl.NcclConfig(system="H100")
+    tuned = nccl.tune("all_reduce", "nccl_tree", config, h100_4, 8192, 50e9, tuple(range(8)) * 4)
+    assert tuned.protocol == "LL" and tuned.fill_s == pytest.approx(fill_us * 1e-6)
+    assert nccl.tune("all_reduce", "nccl_tree", config, h100_4, 2**20, 50e9, tuple(range(8)) * 4).fill_s == 0.0
+
+
 def test_protocol_override_and_layer_off(capsys):
     assert (
         main(
