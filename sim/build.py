@@ -199,18 +199,18 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
     n, p = scenario.numerics, scenario.parallel
     if not n.enabled:
         return None
-    moe = scenario.model_spec.moe
+    m, moe = scenario.model_spec, scenario.model_spec.moe
     cfg = ShadowConfig(
-        layers=scenario.model_spec.layers,
+        layers=m.layers,
         hidden=n.hidden,
         heads=n.heads,
+        kv_heads=n.heads * m.kv_heads // m.heads if m.kv_heads else None,  # the real model's grouping
         ffn=4 * n.hidden,
         seq_len=n.seq_len,
         vocab=n.vocab,
         dtype=n.dtype,
-        # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised
-        # (Mixtral, GShard); one routing group per (replica, microbatch, tensor-parallel
-        # rank), as the run has: each of the tp ranks routes 1/tp of a microbatch's tokens
+        # the real experts, top-k, capacity and shared expert; top-k > 1 renormalised (Mixtral, GShard); one routing
+        # group per (replica, microbatch, tensor-parallel rank), as the run has: each routes 1/tp of a microbatch
         moe=MoEConfig(
             moe.num_experts,
             moe.top_k,
@@ -224,7 +224,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         )
         if moe is not None
         else None,
-        moe_layers=moe.moe_layers(scenario.model_spec.layers) if moe is not None else (),
+        moe_layers=moe.moe_layers(m.layers) if moe is not None else (),
     )
     placements = replica_placements(scenario)
     step = TrainingStep(

@@ -16,8 +16,9 @@ from clustersim.schedules.validate import ProgramError
 from clustersim.sim.cli_fabric import add_key_flags, collective_command, topology_command
 from clustersim.sim.cli_plan import add_plan_commands
 from clustersim.sim.folder import OutputError, Terminated, check_target, locked, terminated, version
+from clustersim.sim.scenario.json_schema import scenario_json_schema
 from clustersim.sim.scenario.loader import load_scenario, load_scenarios
-from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.schema import ScenarioError
 
 
 def _run(args: argparse.Namespace) -> int:

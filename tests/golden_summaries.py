@@ -1,7 +1,9 @@
 """Golden summaries: every bundled scenario's summary.json saved before a refactor, compared after.
 
 `python tests/golden_summaries.py save` writes tests/golden/<scenario>.json (reduced mode, as
-tests/test_scenarios.py runs them); `check` compares a fresh run against them, number for number.
+tests/test_scenarios.py runs them); `check` compares a fresh run against them, number for number;
+`--only TEXT` limits either to the scenarios whose path contains TEXT (a deliberate change re-saves
+only the goldens it moves).
 `--full` runs every scenario at its real size into DIR instead (the 128-GPU PTD-P one takes
 minutes and ~11 GB). A behaviour-preserving change leaves every number bit for bit the same.
 """
@@ -69,11 +71,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("save", "check"))
     parser.add_argument("--full", metavar="DIR", help="full-size runs, saved in or checked against DIR")
+    parser.add_argument("--only", metavar="TEXT", help="only the scenarios whose path contains TEXT")
     args = parser.parse_args()
     folder = Path(args.full) if args.full else GOLDEN
     folder.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for path in SCENARIOS:
+    for path in [p for p in SCENARIOS if args.only is None or args.only in str(p)]:
         target = folder / (path.relative_to(ROOT / "scenarios").with_suffix("").as_posix().replace("/", "__") + ".json")
         if args.action == "check" and not target.exists():  # a scenario added since the goldens were saved
             print(f"new     {path.relative_to(ROOT)} (no golden to compare with; `save` makes one)")

@@ -4,7 +4,8 @@ FLOPs count a multiply-add as 2. Per decoder layer, forward, for b sequences of 
 h and MLP width f (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
 Clusters Using Megatron-LM", section 5.1, which gives 24bsh^2 + 4bs^2h for f = 4h):
 
-    QKV projections      2 * b*s*h * 3h   = 6bsh^2
+    QKV projections      2 * b*s*h * 3h   = 6bsh^2  (grouped-query attention, keys and values of
+                                               width h_kv = kv_heads x h/heads: 2bsh (h + 2 h_kv))
     scores Q K^T         2 * b*s*s * h    = 2bs^2h
     scores x V           2 * b*s*s * h    = 2bs^2h
     output projection    2 * b*s*h * h    = 2bsh^2
@@ -39,9 +40,11 @@ from clustersim.sim.scenario.presets import ModelSpec, MoESpec
 ADAM_BYTES_PER_PARAM = 28
 
 
-def attention_forward_flops(b: int, s: int, h: int) -> float:
-    """Forward FLOPs of a layer's attention: QKV, scores, scores x V, output projection."""
-    return float(6 * b * s * h * h + 4 * b * s * s * h + 2 * b * s * h * h)
+def attention_forward_flops(b: int, s: int, h: int, h_kv: int | None = None) -> float:
+    """Forward FLOPs of a layer's attention: QKV, scores, scores x V, output projection; `h_kv`:
+    the keys' and values' width under grouped-query attention (None: h)."""
+    kv = h if h_kv is None else h_kv
+    return float(2 * b * s * h * (h + 2 * kv) + 4 * b * s * s * h + 2 * b * s * h * h)
 
 
 def mlp_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
@@ -49,17 +52,17 @@ def mlp_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
     return float(2 * b * s * h * f * (3 if gated_mlp else 2))
 
 
-def layer_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
+def layer_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, h_kv: int | None = None) -> float:
     """Forward FLOPs of one decoder layer (see the module docstring)."""
-    return attention_forward_flops(b, s, h) + mlp_forward_flops(b, s, h, f, gated_mlp)
+    return attention_forward_flops(b, s, h, h_kv) + mlp_forward_flops(b, s, h, f, gated_mlp)
 
 
-def recompute_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, mode: str) -> float:
+def recompute_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, mode: str, h_kv: int | None = None) -> float:
     """FLOPs a backward adds per layer to recompute what the forward did not keep: the whole
     forward (full), or the attention core Q K^T and x V, 4bs^2h (selective, Korthikanti et al.
     2022 section 5), or nothing."""
     if mode == "full":
-        return layer_forward_flops(b, s, h, f, gated_mlp)
+        return layer_forward_flops(b, s, h, f, gated_mlp, h_kv)
     return 4.0 * b * s * s * h if mode == "selective" else 0.0
 
 
@@ -68,9 +71,11 @@ def head_forward_flops(b: int, s: int, h: int, vocab: int) -> float:
     return float(2 * b * s * h * vocab)
 
 
-def attention_params(h: int) -> int:
-    """Parameters of a layer's attention: QKV and output projections with biases."""
-    return 3 * h * h + 3 * h + h * h + h
+def attention_params(h: int, h_kv: int | None = None) -> int:
+    """Parameters of a layer's attention: QKV (keys and values of width `h_kv`, None: h) and
+    output projections with biases."""
+    qkv = h + 2 * (h if h_kv is None else h_kv)
+    return h * qkv + qkv + h * h + h
 
 
 def mlp_params(h: int, f: int, gated_mlp: bool) -> int:
@@ -78,9 +83,9 @@ def mlp_params(h: int, f: int, gated_mlp: bool) -> int:
     return (3 if gated_mlp else 2) * h * f + f + h
 
 
-def layer_params(h: int, f: int, gated_mlp: bool) -> int:
+def layer_params(h: int, f: int, gated_mlp: bool, h_kv: int | None = None) -> int:
     """Parameters of one decoder layer: QKV and output projections with biases, MLP, 2 layernorms."""
-    return attention_params(h) + mlp_params(h, f, gated_mlp) + 4 * h
+    return attention_params(h, h_kv) + mlp_params(h, f, gated_mlp) + 4 * h
 
 
 # --- Mixture-of-Experts layers (module docstring) ----------------------------------------------
@@ -123,10 +128,10 @@ def moe_mlp_active_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:
     return experts * mlp_params(h, moe.expert_ffn, gated_mlp) + h * moe.num_experts
 
 
-def moe_layer_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:
+def moe_layer_params(h: int, moe: MoESpec, gated_mlp: bool, h_kv: int | None = None) -> int:
     """Parameters of one MoE decoder layer: attention, 2 layernorms, and the MoE MLP (all routed
     experts, the shared ones and the router); `layer_params` with `moe_mlp_params` for the MLP."""
-    return attention_params(h) + 4 * h + moe_mlp_params(h, moe, gated_mlp)
+    return attention_params(h, h_kv) + 4 * h + moe_mlp_params(h, moe, gated_mlp)
 
 
 # --- per layer of a ModelSpec: dense or MoE by the spec's rule ---------------------------------
@@ -146,10 +151,10 @@ def _layer_moe(spec: ModelSpec, i: int) -> MoESpec | None:
 def model_layer_forward_flops(spec: ModelSpec, b: int, i: int) -> float:
     """Forward FLOPs of layer i of `spec` for b sequences of spec.seq_len tokens: attention plus
     the dense MLP (width spec.ffn) or, in an MoE layer, `moe_mlp_forward_flops`."""
-    s, h = spec.seq_len, spec.hidden
+    s, h, kv = spec.seq_len, spec.hidden, spec.kv_hidden
     if (moe := _layer_moe(spec, i)) is not None:
-        return attention_forward_flops(b, s, h) + moe_mlp_forward_flops(b, s, h, moe, spec.gated_mlp)
-    return layer_forward_flops(b, s, h, spec.ffn, spec.gated_mlp)
+        return attention_forward_flops(b, s, h, kv) + moe_mlp_forward_flops(b, s, h, moe, spec.gated_mlp)
+    return layer_forward_flops(b, s, h, spec.ffn, spec.gated_mlp, kv)
 
 
 def model_layer_recompute_flops(spec: ModelSpec, b: int, i: int, mode: str) -> float:
@@ -164,17 +169,17 @@ def model_layer_recompute_flops(spec: ModelSpec, b: int, i: int, mode: str) -> f
 def model_layer_params(spec: ModelSpec, i: int) -> int:
     """Parameters of layer i of `spec`: `layer_params`, or `moe_layer_params` in an MoE layer."""
     if (moe := _layer_moe(spec, i)) is not None:
-        return moe_layer_params(spec.hidden, moe, spec.gated_mlp)
-    return layer_params(spec.hidden, spec.ffn, spec.gated_mlp)
+        return moe_layer_params(spec.hidden, moe, spec.gated_mlp, spec.kv_hidden)
+    return layer_params(spec.hidden, spec.ffn, spec.gated_mlp, spec.kv_hidden)
 
 
 def model_layer_active_params(spec: ModelSpec, i: int) -> int:
     """Parameters of layer i one token uses: all of a dense layer's; an MoE layer's attention,
     layernorms, router, shared experts and top_k routed experts."""
-    h = spec.hidden
+    h, kv = spec.hidden, spec.kv_hidden
     if (moe := _layer_moe(spec, i)) is not None:
-        return attention_params(h) + 4 * h + moe_mlp_active_params(h, moe, spec.gated_mlp)
-    return layer_params(h, spec.ffn, spec.gated_mlp)
+        return attention_params(h, kv) + 4 * h + moe_mlp_active_params(h, moe, spec.gated_mlp)
+    return layer_params(h, spec.ffn, spec.gated_mlp, kv)
 
 
 def boundary_activation_bytes(b: int, s: int, h: int, dtype_bytes: int) -> float:

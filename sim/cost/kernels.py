@@ -5,9 +5,10 @@ For b sequences of s tokens (T = b s), hidden h, a heads of d = h / a, MLP width
 parallel t (a/t heads and f/t columns per rank; sequence parallel: the norms and residuals see
 T/t tokens), per work item of schedules.tensor_parallel.tp_stage_plan:
 
-    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h); attention core: scores Q K^T, batched
-             b a/t times (s x s x d), softmax and dropout over (b a/t s s), context P V (s x d x s),
-             or one fused flash-attention kernel; output projection (T x h x h/t); dropout+residual
+    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query: (h + 2 h_kv)/t); attention
+             core: scores Q K^T, batched b a/t times (s x s x d), softmax and dropout over (b a/t s s),
+             context P V (s x d x s), or one fused flash-attention kernel; output projection
+             (T x h x h/t); dropout+residual
     mlp      layernorm; FC1 (T x f/t x h; gated: 2f/t, gate and up in one GEMM); GeLU or SwiGLU;
              FC2 (T x h x f/t); dropout+residual
     embed    token + position lookup (T x h), dropout
@@ -80,6 +81,7 @@ class Shapes:
     moe: MoESpec | None = None
     ep: int = 1
     fp8: bool = False  # the transformer layers' linear GEMMs in FP8 (Transformer Engine)
+    kv_hidden: int | None = None  # the keys' and values' width under grouped-query attention (None: hidden)
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ class LayerKernels:
         core = self.attention_core()
         joined = self.join(
             self._norm(self._norm_tokens),
-            self._linear("QKV", self._tokens, 3 * sh.hidden // sh.tp, sh.hidden),
+            self._linear("QKV", self._tokens, (sh.hidden + 2 * (sh.kv_hidden or sh.hidden)) // sh.tp, sh.hidden),
             core,
             self._linear("attention projection", self._tokens, sh.hidden, sh.hidden // sh.tp),
             self._dropout_add(self._norm_tokens),

@@ -55,7 +55,7 @@ def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int, k: int =
 
 
 def activation_bytes_per_layer(
-    s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none"
+    s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none", h_kv: int | None = None
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per microbatch (module docstring).
 
@@ -67,7 +67,8 @@ def activation_bytes_per_layer(
     parallelism that input is the sequence shard, 2sbh/t: our reading of Megatron, not a row of
     Table 2 (which lists full recompute without sequence parallelism). The formulas are for the
     paper's GPT layer (MLP width 4h, GeLU, dropout on); a gated MLP (SwiGLU) or another width keeps
-    more, which is not modelled.
+    more, which is not modelled. Under grouped-query attention (`h_kv`: the keys' and values' width)
+    the QK^T input keeps K and the context keeps V at width h_kv: 4sb(h - h_kv)/t less.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"unknown recompute {recompute!r} (valid: {', '.join(RECOMPUTE_MODES)})")
@@ -77,5 +78,7 @@ def activation_bytes_per_layer(
     if recompute == "full":
         return 2.0 * sbh / (t if sp else 1)
     linear = 34.0 / t if sp else 10.0 + 24.0 / t  # x sbh
+    if h_kv is not None:
+        linear -= 4.0 * (h - h_kv) / (h * t)
     scores = 0.0 if recompute == "selective" else 5.0 * a * s / (h * t)  # 5as^2b/t, as a multiple of sbh
     return sbh * (linear + scores)

@@ -61,6 +61,7 @@ def layer_activation_bytes(scenario: Scenario) -> float:
         t=p.tp,
         sp=p.sequence_parallel,
         recompute=scenario.training.recompute,
+        h_kv=m.kv_heads and m.kv_hidden,
     )
 
 
@@ -96,7 +97,7 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     b, s, h = t.micro_batch, m.seq_len, m.hidden
     forward = {
         "embed": 0.0,
-        "attn": cost.attention_forward_flops(b, s, h) / tp,
+        "attn": cost.attention_forward_flops(b, s, h, m.kv_hidden) / tp,
         "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
         "head": cost.head_forward_flops(b, s, h, m.vocab) / tp,
     }

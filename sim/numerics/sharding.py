@@ -10,6 +10,7 @@ import numpy as np
 from clustersim.sim.numerics.transformer import ShadowConfig
 
 # parameter kind -> (dim cut into t pieces, blocks cut alike); rank k keeps piece k of each block
+# (q, k and v are three blocks: of widths h, h_kv, h_kv, `_blocks`)
 SHARDED = {
     "attn.qkv.w": (-1, 3),
     "attn.qkv.b": (-1, 3),  # column-parallel by heads, within each of q, k, v
@@ -32,13 +33,21 @@ def is_sharded(name: str) -> bool:
     return _kind(name) in SHARDED
 
 
+def _blocks(kind: str, cfg: ShadowConfig, pieces: int) -> int | list[int]:
+    """np.split's sections of a parameter of `kind` into its blocks, each cut into `pieces`."""
+    _, blocks = SHARDED[kind]
+    if kind.startswith("attn.qkv") and cfg.kv_hidden != cfg.hidden:  # q, k, v of unequal widths
+        return [cfg.hidden // pieces, (cfg.hidden + cfg.kv_hidden) // pieces]
+    return blocks
+
+
 def check_tp_degree(cfg: ShadowConfig, tp: int) -> None:
-    """Raise ValueError unless t divides the heads, the ffn width and the vocabulary."""
-    sizes = {"heads": cfg.heads, "ffn": cfg.ffn, "vocab": cfg.vocab}
+    """Raise ValueError unless t divides the heads (and key-value heads), the ffn width and the vocabulary."""
+    sizes = {"heads": cfg.heads, "kv_heads": cfg.kv_heads or cfg.heads, "ffn": cfg.ffn, "vocab": cfg.vocab}
     bad = [f"{knob} ({size})" for knob, size in sizes.items() if tp < 1 or size % tp]
     if bad:
         raise ValueError(
-            f"tensor-parallel degree {tp} must divide heads ({cfg.heads}), ffn ({cfg.ffn}) and "
+            f"tensor-parallel degree {tp} must divide heads ({cfg.heads}), kv_heads, ffn ({cfg.ffn}) and "
             f"vocab ({cfg.vocab}); it does not divide {', '.join(bad)}"
         )
 
@@ -53,10 +62,9 @@ def shard_params(params: dict[str, np.ndarray], cfg: ShadowConfig, names, tp: in
         if _kind(name) not in SHARDED:
             shards[name] = params[name].copy()
             continue
-        dim, blocks = SHARDED[_kind(name)]
-        shards[name] = np.concatenate(
-            [np.split(block, tp, axis=dim)[k] for block in np.split(params[name], blocks, axis=dim)], axis=dim
-        )
+        dim, _ = SHARDED[_kind(name)]
+        blocks = np.split(params[name], _blocks(_kind(name), cfg, 1), axis=dim)
+        shards[name] = np.concatenate([np.split(block, tp, axis=dim)[k] for block in blocks], axis=dim)
     return shards
 
 
@@ -71,7 +79,7 @@ def unshard_params(shards: list[dict[str, np.ndarray]], cfg: ShadowConfig, tp: i
             full[name] = value.copy()
             continue
         dim, blocks = SHARDED[_kind(name)]
-        per_rank = [np.split(shard[name], blocks, axis=dim) for shard in shards]
+        per_rank = [np.split(shard[name], _blocks(_kind(name), cfg, tp), axis=dim) for shard in shards]
         full[name] = np.concatenate(
             [np.concatenate([pieces[j] for pieces in per_rank], axis=dim) for j in range(blocks)], axis=dim
         )

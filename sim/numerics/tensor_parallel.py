@@ -221,8 +221,10 @@ class TensorParallelStage(TensorParallelLayers, StageChecks):
         """Pre-LN block on x (b, s, h), or (b, s/t, h) under SP, with the attention's heads and the
         MLP's ffn slice of rank k."""
         a, c_ln1 = layernorm_forward(self.params, f"{n}.ln1", x)
-        qkv, c_qkv = yield from self._column_forward(f"{n}.attn.qkv", a)  # (b, s, 3h/t)
-        y, c_att = attention_core_forward(qkv, self.cfg.heads // self.tp)  # (b, s, h/t)
+        qkv, c_qkv = yield from self._column_forward(f"{n}.attn.qkv", a)  # (b, s, (h + 2 h_kv)/t)
+        y, c_att = attention_core_forward(
+            qkv, self.cfg.heads // self.tp, (self.cfg.kv_heads or self.cfg.heads) // self.tp
+        )
         x = x + (yield from self._row_forward(f"{n}.attn.proj", y))
         m, c_ln2 = layernorm_forward(self.params, f"{n}.ln2", x)
         if int(n[len("layer") :]) in self.cfg.moe_layers:

@@ -40,6 +40,12 @@ class ShadowConfig:
     dtype: str = "float64"
     moe: MoEConfig | None = None
     moe_layers: tuple[int, ...] = ()
+    kv_heads: int | None = None  # grouped-query attention: query heads share keys and values in groups
+
+    @property
+    def kv_hidden(self) -> int:
+        """The width of the keys (and of the values)."""
+        return self.hidden // self.heads * (self.kv_heads or self.heads)
 
     def __post_init__(self) -> None:
         for knob in ("layers", "hidden", "heads", "ffn", "seq_len", "vocab"):
@@ -47,6 +53,8 @@ class ShadowConfig:
                 raise ValueError(f"ShadowConfig.{knob} = {getattr(self, knob)} must be >= 1")
         if self.hidden % self.heads:
             raise ValueError(f"ShadowConfig: heads ({self.heads}) must divide hidden ({self.hidden})")
+        if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
+            raise ValueError(f"ShadowConfig: kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
         if self.dtype not in ("float64", "float32"):
             raise ValueError(f"ShadowConfig.dtype = {self.dtype!r}: expected 'float64' or 'float32'")
         if self.moe_layers and self.moe is None:
@@ -56,11 +64,12 @@ class ShadowConfig:
 def layer_param_shapes(cfg: ShadowConfig, i: int) -> dict[str, tuple[int, ...]]:
     """Parameter name -> shape for transformer block `i`, in init order."""
     h, f, n = cfg.hidden, cfg.ffn, f"layer{i}"
+    qkv = h + 2 * cfg.kv_hidden
     shapes: dict[str, tuple[int, ...]] = {
         f"{n}.ln1.g": (h,),
         f"{n}.ln1.b": (h,),
-        f"{n}.attn.qkv.w": (h, 3 * h),
-        f"{n}.attn.qkv.b": (3 * h,),
+        f"{n}.attn.qkv.w": (h, qkv),
+        f"{n}.attn.qkv.b": (qkv,),
         f"{n}.attn.proj.w": (h, h),
         f"{n}.attn.proj.b": (h,),
         f"{n}.ln2.g": (h,),
@@ -133,10 +142,11 @@ def layernorm_backward(dout, cache):
     return dx, {f"{name}.g": (dout * xhat).sum(axis=lead), f"{name}.b": dout.sum(axis=lead)}
 
 
-def attention_forward(p, name, x, heads):
-    """Causal MHA: [q k v] = x W_qkv + b_qkv; A = softmax(q k^T / sqrt(d) + mask); y = (A v) W_o + b_o."""
-    qkv, c_qkv = linear_forward(p, f"{name}.qkv", x)  # (b, s, 3h)
-    y, c_core = attention_core_forward(qkv, heads)  # (b, s, h)
+def attention_forward(p, name, x, heads, kv_heads=None):
+    """Causal MHA: [q k v] = x W_qkv + b_qkv; A = softmax(q k^T / sqrt(d) + mask); y = (A v) W_o + b_o
+    (grouped-query: `kv_heads` heads of k and v, each read by heads / kv_heads query heads)."""
+    qkv, c_qkv = linear_forward(p, f"{name}.qkv", x)  # (b, s, h + 2 h_kv)
+    y, c_core = attention_core_forward(qkv, heads, kv_heads)  # (b, s, h)
     out, c_proj = linear_forward(p, f"{name}.proj", y)  # (b, s, h)
     return out, (c_qkv, c_core, c_proj)
 
@@ -148,37 +158,46 @@ def attention_backward(dout, cache):
     return dx, grads | g_qkv
 
 
-def attention_core_forward(qkv, heads):
-    """Causal attention of `heads` heads from their [q k v] (b, s, 3w) -> (A v) (b, s, w), head
-    width d = w / heads (a tensor-parallel shard runs its a/t heads through the same code)."""
-    b, s, three_w = qkv.shape
-    d = three_w // 3 // heads
-    q, k, v = (t.reshape(b, s, heads, d).transpose(0, 2, 1, 3) for t in np.split(qkv, 3, axis=-1))  # (b, nh, s, d)
+def attention_core_forward(qkv, heads, kv_heads=None):
+    """Causal attention of `heads` heads from their [q k v] (b, s, w + 2 w_kv) -> (A v) (b, s, w),
+    head width d = w / heads, `kv_heads` heads of k and v (None: heads), query head j reading those
+    of group j // (heads / kv_heads), as Megatron groups them (a tensor-parallel shard runs its a/t
+    heads and kv/t groups through the same code)."""
+    b, s, width = qkv.shape
+    kv = heads if kv_heads is None else kv_heads
+    d = width // (heads + 2 * kv)
+    q, k, v = (
+        t.reshape(b, s, -1, d).transpose(0, 2, 1, 3) for t in np.split(qkv, [heads * d, (heads + kv) * d], axis=-1)
+    )  # (b, nh, s, d); k and v (b, kv, s, d)
+    if kv != heads:
+        k, v = (np.repeat(t, heads // kv, axis=1) for t in (k, v))  # (b, nh, s, d)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d)  # (b, nh, s, s)
     scores = np.where(np.triu(np.ones((s, s), dtype=bool), k=1), -np.inf, scores)
     att = np.exp(scores - scores.max(axis=-1, keepdims=True))  # (b, nh, s, s)
     att /= att.sum(axis=-1, keepdims=True)
-    return (att @ v).transpose(0, 2, 1, 3).reshape(b, s, heads * d), (q, k, v, att)  # (b, s, w)
+    return (att @ v).transpose(0, 2, 1, 3).reshape(b, s, heads * d), (q, k, v, att, kv)  # (b, s, w)
 
 
 def attention_core_backward(dy, cache):
-    """Softmax rows: dS = A * (dA - rowsum(dA * A)); masked entries have A = 0, so dS = 0 there.
-    Returns d[q k v] (b, s, 3w)."""
-    q, k, v, att = cache
+    """Softmax rows: dS = A * (dA - rowsum(dA * A)); masked entries have A = 0, so dS = 0 there;
+    a k or v head shared by a group gets the sum of its readers' gradients. Returns d[q k v]."""
+    q, k, v, att, kv = cache
     b, nh, s, d = q.shape
     dy = dy.reshape(b, s, nh, d).transpose(0, 2, 1, 3)  # (b, nh, s, d)
     datt = dy @ v.transpose(0, 1, 3, 2)  # (b, nh, s, s)
     dv = att.transpose(0, 1, 3, 2) @ dy  # (b, nh, s, d)
     dscores = att * (datt - (datt * att).sum(axis=-1, keepdims=True)) / math.sqrt(d)  # (b, nh, s, s)
     dq, dk = dscores @ k, dscores.transpose(0, 1, 3, 2) @ q  # (b, nh, s, d)
-    return np.concatenate([t.transpose(0, 2, 1, 3).reshape(b, s, nh * d) for t in (dq, dk, dv)], axis=-1)
+    if kv != nh:
+        dk, dv = (t.reshape(b, kv, nh // kv, s, d).sum(axis=2) for t in (dk, dv))  # (b, kv, s, d)
+    return np.concatenate([t.transpose(0, 2, 1, 3).reshape(b, s, -1) for t in (dq, dk, dv)], axis=-1)
 
 
-def block_forward(p, name, x, heads, moe: MoEConfig | None = None):
+def block_forward(p, name, x, heads, moe: MoEConfig | None = None, kv_heads: int | None = None):
     """Pre-LN block: x' = x + Attn(LN1(x)); y = x' + MLP(LN2(x')), the MLP a mixture of experts
     when `moe` is given (its tokens routed as one group: this microbatch's)."""
     a, c_ln1 = layernorm_forward(p, f"{name}.ln1", x)  # (b, s, h)
-    a, c_attn = attention_forward(p, f"{name}.attn", a, heads)  # (b, s, h)
+    a, c_attn = attention_forward(p, f"{name}.attn", a, heads, kv_heads)  # (b, s, h)
     x = x + a  # (b, s, h)
     m, c_ln2 = layernorm_forward(p, f"{name}.ln2", x)  # (b, s, h)
     if moe is None:
@@ -241,7 +260,7 @@ def model_forward(p, cfg: ShadowConfig, inp, layers, *, embed: bool, targets=Non
         x, cache = embed_forward(p, x)  # (b, s, h)
         tape.append((embed_backward, cache))
     for i in layers:
-        x, cache = block_forward(p, f"layer{i}", x, cfg.heads, cfg.moe if i in cfg.moe_layers else None)
+        x, cache = block_forward(p, f"layer{i}", x, cfg.heads, cfg.moe if i in cfg.moe_layers else None, cfg.kv_heads)
         tape.append((block_backward, cache))
     if targets is not None:
         logits, cache = head_forward(p, x)  # (b, s, V)

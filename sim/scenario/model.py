@@ -110,6 +110,7 @@ class ModelSection(Section):
     vocab: int = Field(gt=0, le=MAX_VOCAB)
     gated_mlp: bool = False
     moe: MoESection | None = None
+    kv_heads: int | None = Field(None, gt=0, le=MAX_WIDTH)  # grouped-query attention (Llama 2 70B, Llama 3)
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +137,8 @@ class ModelSection(Section):
     def _heads_divide_hidden(self) -> ModelSection:
         if self.hidden % self.heads:
             raise FieldError("heads", f"{self.heads} does not divide model.hidden ({self.hidden})")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise FieldError("kv_heads", f"{self.kv_heads} does not divide model.heads ({self.heads}) into groups")
         return self
 
     @model_validator(mode="after")

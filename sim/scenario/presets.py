@@ -69,6 +69,12 @@ class ModelSpec:
     vocab: int
     gated_mlp: bool = False
     moe: MoESpec | None = None
+    kv_heads: int | None = None  # grouped-query attention: heads sharing keys and values in groups; None: one each
+
+    @property
+    def kv_hidden(self) -> int:
+        """The width of the keys (and of the values): kv_heads heads of hidden / heads."""
+        return self.hidden // self.heads * (self.kv_heads or self.heads)
 
 
 MODELS: dict[str, ModelSpec] = {

@@ -9,7 +9,7 @@ Types are strict: "4" is not 4 and 4.0 is not an int. Unit strings ("300GB/s", "
 "312TFLOPS") are parsed by sim.scenario.units (through sim.scenario.fields) and nowhere else;
 attribute names carry the unit (`link_bandwidth_Bps`), YAML keys do not (`link_bandwidth`).
 The sections live in sim.scenario.sections, .model and .topology; this module holds the rules
-that cross sections. `scenario_json_schema()` is the format's reference; scenarios/quickstart.yaml
+that cross sections. `sim.scenario.json_schema` is the format's reference; scenarios/quickstart.yaml
 is an example of every section.
 """
 
@@ -38,7 +38,7 @@ from clustersim.sim.scenario.sections import (
 )
 from clustersim.sim.scenario.topology import resolved_topology
 
-__all__ = ["Scenario", "ScenarioError", "FieldError", "show_value", "scenario_json_schema"]
+__all__ = ["Scenario", "ScenarioError", "FieldError", "show_value"]
 
 SCHEDULE_NAMES = tuple(SCHEDULES)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
@@ -85,6 +85,8 @@ class Scenario(Section):
             )
         if m.heads % p.tp:
             raise FieldError("parallel.tp", f"{p.tp} does not divide model.heads ({m.heads})")
+        if m.kv_heads is not None and m.kv_heads % p.tp:  # Megatron: num_query_groups % tp == 0
+            raise FieldError("parallel.tp", f"{p.tp} does not divide model.kv_heads ({m.kv_heads})")
         if m.ffn % p.tp:
             raise FieldError("parallel.tp", f"{p.tp} does not divide model.ffn ({m.ffn})")
         self._check_expert_parallel()
@@ -125,7 +127,9 @@ class Scenario(Section):
                     f"{self.num_microbatches} microbatches: {exc}"
                 ),
             ) from None
-        n = self.numerics
+        n, group = self.numerics, self.model_spec.heads // (self.model_spec.kv_heads or self.model_spec.heads)
+        if n.enabled and n.heads % group:  # the shadow model's query heads share keys as the real one's
+            raise FieldError("numerics.heads", f"{n.heads} is not a multiple of model.heads / model.kv_heads ({group})")
         if n.enabled and p.tp > 1:  # the shadow model is sharded like the real one (ffn = 4 x hidden)
             for knob, size in (("heads", n.heads), ("vocab", n.vocab)):
                 if size % p.tp:
@@ -134,6 +138,12 @@ class Scenario(Section):
                         f"{size} is not divisible by parallel.tp ({p.tp}): the "
                         "shadow model is sharded the same way as the real one",
                     )
+            if n.heads // group % p.tp:
+                raise FieldError(
+                    "numerics.heads",
+                    f"{n.heads} heads in groups of {group} give {n.heads // group} key-value heads, not divisible "
+                    f"by parallel.tp ({p.tp})",
+                )
             if p.sequence_parallel and n.seq_len % p.tp:
                 raise FieldError(
                     "numerics.seq_len",
@@ -254,14 +264,13 @@ class Scenario(Section):
         values added (num_gpus, gpu_spec, dtype_bytes, num_microbatches, output dir)."""
         data = self.model_dump(mode="json")
         data["cluster"]["topology"] = resolved_topology(self.cluster.topology)
-        if self.cluster.nccl is None:  # absent, as before the key existed (summaries compare equal)
-            del data["cluster"]["nccl"]
-        if self.cluster.compute_model == "roofline":  # the same for the compute model's keys at their defaults
-            del data["cluster"]["compute_model"]
-        if not self.training.flash_attention:
-            del data["training"]["flash_attention"]
-        if not self.training.fp8:
-            del data["training"]["fp8"]
+        for (
+            section,
+            key,
+            default,
+        ) in _LATER_KEYS:  # absent at their defaults, as before they existed (summaries compare)
+            if data[section][key] == default:
+                del data[section][key]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes
@@ -270,21 +279,10 @@ class Scenario(Section):
         return data
 
 
-def scenario_json_schema() -> dict[str, Any]:
-    """JSON schema of the YAML format (YAML key names), for `clustersim schema` and editors: the
-    Scenario model's, plus the optional `variants` list a file for `clustersim compare` may hold
-    (sim.scenario.loader.load_variants_text reads it; each variant's overrides are validated as
-    the scenario they make)."""
-    schema = Scenario.model_json_schema()
-    schema["properties"]["variants"] = {
-        "type": "array",
-        "minItems": 1,
-        "description": "variants of this scenario for `clustersim compare`: a name and dotted-path overrides",
-        "items": {
-            "type": "object",
-            "required": ["name"],
-            "properties": {"name": {"type": "string"}},
-            "additionalProperties": True,
-        },
-    }
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+_LATER_KEYS = (  # (section, key, default) of keys added after the first summaries were saved
+    ("cluster", "nccl", None),
+    ("cluster", "compute_model", "roofline"),
+    ("training", "flash_attention", False),
+    ("training", "fp8", False),
+    ("model", "kv_heads", None),
+)

@@ -53,12 +53,12 @@ def split_seq(x, tp):
     return np.split(x, tp, axis=1)  # (b, s, h) -> t chunks (b, s/t, h)
 
 
-def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
+def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute, cfg=CFG):
     """Every microbatch forward through the stages, then backward in reverse; the stages' kinds
     are checked against tp_collective_kinds along the way."""
     stages = [
         [
-            TensorParallelStage(CFG, s, num_stages, params, MICROBATCHES, Sharding(tp, sp, tp_rank=k), recompute)
+            TensorParallelStage(cfg, s, num_stages, params, MICROBATCHES, Sharding(tp, sp, tp_rank=k), recompute)
             for k in range(tp)
         ]
         for s in range(num_stages)
@@ -87,12 +87,12 @@ def run_tensor_parallel(params, tokens, targets, num_stages, tp, sp, recompute):
         _, kinds = lockstep([r.grad_sync() for r in ranks])
         assert kinds == (["all_reduce"] if sp else [])
         assert all(not r.pending_microbatches() and not r.missing_backward() for r in ranks)
-        grads |= unshard_params([r.grads for r in ranks], CFG, tp)
+        grads |= unshard_params([r.grads for r in ranks], cfg, tp)
     return losses, activations, dinputs, grads
 
 
-def run_reference(params, tokens, targets, num_stages):
-    stages = [StageModel(CFG, s, num_stages, params, MICROBATCHES) for s in range(num_stages)]
+def run_reference(params, tokens, targets, num_stages, cfg=CFG):
+    stages = [StageModel(cfg, s, num_stages, params, MICROBATCHES) for s in range(num_stages)]
     losses, activations, dinputs = [], {}, {}
     for mb in range(MICROBATCHES):
         rows = slice(mb * BATCH, (mb + 1) * BATCH)
@@ -137,6 +137,23 @@ def test_sharded_stages_match_unsharded_reference(tp, sp, recompute, num_stages)
             assert max(rel_err(g, w) for g, w in zip(got_act, want_act)) < 1e-12
             assert max(rel_err(g, w) for g, w in zip(got_d, want_d)) < 1e-10
         assert dinputs[mb, 0] == [None] * tp
+
+
+@pytest.mark.parametrize("sp", [False, True])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_grouped_query_stages_match_unsharded_reference(tp, sp):
+    """Two key-value heads for four query heads: each rank holds its query heads and their group's
+    keys and values, and the sharded stages still reproduce the single-device model."""
+    cfg = ShadowConfig(layers=2, hidden=16, heads=4, ffn=32, seq_len=8, vocab=24, kv_heads=2)
+    params = randomized_params(cfg, seed=5)
+    rng = np.random.default_rng(tp)
+    tokens = rng.integers(0, cfg.vocab, size=(MICROBATCHES * BATCH, cfg.seq_len))
+    targets = rng.integers(0, cfg.vocab, size=tokens.shape)
+    losses, _, _, grads = run_tensor_parallel(params, tokens, targets, 2, tp, sp, True, cfg)
+    ref_losses, _, _, ref_grads = run_reference(params, tokens, targets, 2, cfg)
+    assert np.allclose(losses, ref_losses, rtol=1e-12, atol=0)
+    assert grads["layer0.attn.qkv.w"].shape == (16, 16 + 2 * 8)
+    assert max_errors(grads, ref_grads)[1] < 1e-10
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])

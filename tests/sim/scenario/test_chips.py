@@ -7,8 +7,9 @@ import pytest
 
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.hardware import GPUS
+from clustersim.sim.scenario.json_schema import scenario_json_schema
 from clustersim.sim.scenario.loader import load_scenario_text
-from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.schema import ScenarioError
 
 
 def test_every_gpu_has_one_chip_description():

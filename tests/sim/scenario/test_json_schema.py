@@ -7,8 +7,9 @@ import jsonschema
 import pytest
 import yaml
 
+from clustersim.sim.scenario.json_schema import scenario_json_schema
 from clustersim.sim.scenario.loader import load_scenario_text, load_scenarios
-from clustersim.sim.scenario.schema import ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.schema import ScenarioError
 
 from repo import ROOT, SCENARIOS
 

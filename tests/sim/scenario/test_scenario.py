@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.sim.scenario.hardware import GPUS
+from clustersim.sim.scenario.json_schema import scenario_json_schema
 from clustersim.sim.scenario.loader import load_scenario, load_scenario_text, load_scenarios, load_variants_text
 from clustersim.sim.scenario.presets import MODELS, MoESpec
-from clustersim.sim.scenario.schema import Scenario, ScenarioError, scenario_json_schema
+from clustersim.sim.scenario.schema import Scenario, ScenarioError
 from clustersim.topologies.registry import TOPOLOGIES
 
 from repo import QUICKSTART, SCENARIOS
