@@ -25,6 +25,7 @@ Element-wise kernels move bytes per element as listed at each one (dt = dtype by
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -52,14 +53,16 @@ ROUTER_SOFTMAX_BACKWARD_BYTES = 12
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: its class, the part of a step it belongs to (F forward, B input gradient and
-    element-wise backward, W weight gradient), its time, and the model FLOPs it accounts for
-    (Megatron's count: GEMMs and the attention core; 0 for element-wise kernels)."""
+    element-wise backward, W weight gradient), its time, the model FLOPs it accounts for
+    (Megatron's count: GEMMs and the attention core; 0 for element-wise kernels) and, for a weight
+    gradient, the weight's elements (what accumulating it over microbatches moves)."""
 
     name: str
     klass: str
     part: str
     time_s: float
     flops: float = 0.0
+    weights: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,10 @@ class LayerKernels:
         flops = 2.0 * m * n * k * batch
         forward = Kernel(name, klass, "F", gemm.gemm_time_s(c, g, m, n, k, batch, dt), flops)
         dgrad = Kernel(f"{name} dgrad", klass, "B", gemm.gemm_time_s(c, g, m, k, n, batch, dt), flops)
-        wgrad = Kernel(
-            f"{name} wgrad", klass, "W" if weights else "B", gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops
-        )
-        return [forward], [dgrad, wgrad]
+        wgrad_s = gemm.gemm_time_s(c, g, k, n, m, batch, dt)
+        if weights:
+            return [forward], [dgrad, Kernel(f"{name} wgrad", klass, "W", wgrad_s, flops, float(k * n * batch))]
+        return [forward], [dgrad, Kernel(f"{name} wgrad", klass, "B", wgrad_s, flops)]
 
     def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
         """A linear layer's GEMM (Transformer Engine's modules in Megatron): `_gemm`, or with FP8 its
@@ -127,7 +130,10 @@ class LayerKernels:
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
-            return Kernel(label, "gemm", part, gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True), flops)
+            weights = float(k * n * batch) if part == "W" else 0.0
+            return Kernel(
+                label, "gemm", part, gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True), flops, weights
+            )
 
         def cast(label: str, part: str, elements: int) -> Kernel:
             return Kernel(f"{label} FP8 cast", "elementwise", part, gemm.elementwise_time_s(c, g, elements * (dt + 2)))
@@ -230,9 +236,13 @@ class LayerKernels:
 
     def embed(self) -> ItemKernels:
         """Token and position rows read, their sum written (3 dt); the weight gradient scatters dy
-        into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel."""
-        dt, elements = self.sh.dtype_bytes, self._tokens * self.sh.hidden
-        lookup = self.elementwise("embedding", elements, 3 * dt, dt + 8, part="W")
+        into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel, of the
+        V/t word rows and the s (unsplit) position rows."""
+        sh = self.sh
+        dt, elements = sh.dtype_bytes, self._tokens * sh.hidden
+        forward, backward = self.elementwise("embedding", elements, 3 * dt, dt + 8, part="W")
+        weights = float((sh.vocab // sh.tp + sh.seq_len) * sh.hidden)
+        lookup = (forward, [dataclasses.replace(backward[0], weights=weights)])
         return self.join(lookup, self.elementwise("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
 
     def head(self) -> ItemKernels:
@@ -290,9 +300,3 @@ class LayerKernels:
         if name not in ITEMS:
             raise ValueError(f"unknown work item {name!r}: one of {', '.join(ITEMS)}")
         return getattr(self, name)()
-
-
-def optimizer_kernel(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> Kernel:
-    """The optimizer step: one fused multi-tensor kernel streaming `nbytes` of parameters,
-    gradients and states (sim.cost.compute.ADAM_BYTES_PER_PARAM per parameter)."""
-    return Kernel("optimizer", "optimizer", "F", gemm.elementwise_time_s(chip, gpu, nbytes))
