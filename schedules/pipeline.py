@@ -232,6 +232,7 @@ def build_program(
     backward_flops: Callable[[int], float],
     optimizer_bytes: Callable[[int], float] = lambda stage: 0.0,
     weight_flops: Callable[[int], float] | None = None,
+    blocking_p2p: bool = False,
 ) -> Program:
     """Turn per-rank compute orders into per-rank op lists with p2p and optimizer steps.
 
@@ -245,27 +246,37 @@ def build_program(
     Costs: F takes forward_flops(s); a whole backward backward_flops(s); where the order splits it,
     W takes weight_flops(s) and B the rest, backward_flops(s) - weight_flops(s) (an order with W
     steps needs `weight_flops`).
+
+    `blocking_p2p`: each compute op (and the optimizer steps) also waits for the sends its rank
+    issued before it, as Megatron-LM's pipeline ran them (2021-22, p2p_communication._communicate:
+    batch_isend_irecv, wait on every request, then torch.cuda.synchronize() before the next
+    compute); off, a send overlaps whatever the rank computes next.
     """
     num_stages = len(stage_to_rank)
     split = split_steps(order)
     if split and weight_flops is None:
         raise ValueError("this order splits backwards into B and W: build_program needs weight_flops")
     ops: dict[int, list[Op]] = {rank: [] for rank in sorted(set(stage_to_rank.values()) | set(order))}
+    sent: dict[int, tuple[str, ...]] = {rank: () for rank in ops}  # sends a blocking rank's next compute waits for
     for rank in sorted(order):
         for phase, mb, stage in order[rank]:
+            after = sent[rank] if blocking_p2p else ()
             if phase == Phase.W:
                 assert weight_flops is not None
-                ops[rank].append(Compute(phase, mb, stage, weight_flops(stage)))
+                ops[rank].append(Compute(phase, mb, stage, weight_flops(stage), deps=after))
+                sent[rank] = ()
                 continue
             flops = forward_flops(stage) if phase == Phase.F else backward_flops(stage)
             if phase == Phase.B and (mb, stage) in split:
                 assert weight_flops is not None
                 flops -= weight_flops(stage)
-            ops[rank].extend(
-                _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops)
-            )
+            step = _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops, after)
+            ops[rank].extend(step)
+            sent[rank] = tuple(op.label for op in step if isinstance(op, Send))
     for stage in range(num_stages):
-        ops[stage_to_rank[stage]].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage)))
+        rank = stage_to_rank[stage]
+        after = sent[rank] if blocking_p2p else ()
+        ops[rank].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage), deps=after))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 
@@ -278,16 +289,18 @@ def _compute_with_p2p(
     stage_to_rank: dict[int, int],
     nbytes: float,
     flops: float,
+    after: tuple[str, ...] = (),
 ) -> list[Op]:
-    """The receive a compute op on `rank` waits on, the op itself, and the send of its result."""
+    """The receive a compute op on `rank` waits on, the op itself (also waiting for `after`), and
+    the send of its result."""
     src = stage - 1 if phase == Phase.F else stage + 1  # the stage whose output this op consumes
     dst = stage + 1 if phase == Phase.F else stage - 1  # the stage that consumes this op's output
     ops: list[Op] = []
-    deps: tuple[str, ...] = ()
+    deps = after
     if 0 <= src < num_stages and stage_to_rank[src] != rank:
         recv = Recv(stage_to_rank[src], MessageTag(phase, mb, src), nbytes)
         ops.append(recv)
-        deps = (recv.label,)
+        deps = (recv.label, *after)
     compute = Compute(phase, mb, stage, flops, deps=deps)
     ops.append(compute)
     if 0 <= dst < num_stages and stage_to_rank[dst] != rank:

@@ -234,6 +234,12 @@ class Scenario(Section):
         return self.training.global_batch // (self.training.micro_batch * self.parallel.dp)
 
     @property
+    def blocking_p2p(self) -> bool:
+        """parallel.megatron.blocking_p2p; unset, as Megatron-LM with the kernel compute model."""
+        blocking = self.parallel.megatron.blocking_p2p
+        return self.cluster.compute_model == "kernel" if blocking is None else blocking
+
+    @property
     def model_spec(self) -> ModelSpec:
         return self.model.spec
 
@@ -262,6 +268,8 @@ class Scenario(Section):
             del data["training"]["flash_attention"]
         if not self.training.fp8:
             del data["training"]["fp8"]
+        if self.parallel.megatron.blocking_p2p is None:
+            del data["parallel"]["megatron"]["blocking_p2p"]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes

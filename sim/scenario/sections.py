@@ -162,6 +162,13 @@ class MegatronSection(Section):
         description="free a stage output's data once it is sent (Megatron-LM's deallocate_pipeline_outputs, "
         "set by its training loop); off: each in-flight microbatch also holds its stage's output",
     )
+    blocking_p2p: bool | None = Field(
+        None,
+        description="a rank's next compute waits for the pipeline sends it issued before (Megatron-LM of "
+        "2021-22: batch_isend_irecv, wait, torch.cuda.synchronize); off: sends overlap the next compute. "
+        "Default: on with cluster.compute_model kernel (prediction), off with the roofline (teaching: "
+        "the closed-form bubbles assume free communication)",
+    )
     overlap_grad_reduce: bool = Field(
         False,
         description="ZeRO 0-2: bucket the gradients by whole layers (parallel.bucket each at least) and "
