@@ -241,16 +241,12 @@ def build_program(
     its input gradient to stage s-1. Consecutive stages on the same rank (interleaved with p = 1,
     the turn of a V: stages p-1 and p on rank p-1) hand over locally: the earlier op on the compute
     stream is the dependency. A W sends and receives nothing. Each rank ends with one optimizer step
-    per stage it holds, in stage order.
+    per stage it holds, in stage order. `blocking_p2p`: compute ops and optimizer steps also wait for
+    their rank's earlier sends (Megatron-LM's _communicate, 2021-22: batch_isend_irecv, wait, sync).
 
     Costs: F takes forward_flops(s); a whole backward backward_flops(s); where the order splits it,
     W takes weight_flops(s) and B the rest, backward_flops(s) - weight_flops(s) (an order with W
     steps needs `weight_flops`).
-
-    `blocking_p2p`: each compute op (and the optimizer steps) also waits for the sends its rank
-    issued before it, as Megatron-LM's pipeline ran them (2021-22, p2p_communication._communicate:
-    batch_isend_irecv, wait on every request, then torch.cuda.synchronize() before the next
-    compute); off, a send overlaps whatever the rank computes next.
     """
     num_stages = len(stage_to_rank)
     split = split_steps(order)
@@ -260,11 +256,10 @@ def build_program(
     sent: dict[int, tuple[str, ...]] = {rank: () for rank in ops}  # sends a blocking rank's next compute waits for
     for rank in sorted(order):
         for phase, mb, stage in order[rank]:
-            after = sent[rank] if blocking_p2p else ()
+            after = sent[rank]
             if phase == Phase.W:
                 assert weight_flops is not None
                 ops[rank].append(Compute(phase, mb, stage, weight_flops(stage), deps=after))
-                sent[rank] = ()
                 continue
             flops = forward_flops(stage) if phase == Phase.F else backward_flops(stage)
             if phase == Phase.B and (mb, stage) in split:
@@ -272,11 +267,9 @@ def build_program(
                 flops -= weight_flops(stage)
             step = _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops, after)
             ops[rank].extend(step)
-            sent[rank] = tuple(op.label for op in step if isinstance(op, Send))
-    for stage in range(num_stages):
-        rank = stage_to_rank[stage]
-        after = sent[rank] if blocking_p2p else ()
-        ops[rank].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage), deps=after))
+            sent[rank] = tuple(op.label for op in step if isinstance(op, Send) and blocking_p2p)
+    for stage, rank in sorted(stage_to_rank.items()):
+        ops[rank].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage), deps=sent[rank]))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 
@@ -291,8 +284,7 @@ def _compute_with_p2p(
     flops: float,
     after: tuple[str, ...] = (),
 ) -> list[Op]:
-    """The receive a compute op on `rank` waits on, the op itself (also waiting for `after`), and
-    the send of its result."""
+    """The receive a compute op on `rank` waits on, the op itself (and on `after`), its result's send."""
     src = stage - 1 if phase == Phase.F else stage + 1  # the stage whose output this op consumes
     dst = stage + 1 if phase == Phase.F else stage - 1  # the stage that consumes this op's output
     ops: list[Op] = []

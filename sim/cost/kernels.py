@@ -116,10 +116,9 @@ class LayerKernels:
         flops = 2.0 * m * n * k * batch
         forward = Kernel(name, klass, "F", gemm.gemm_time_s(c, g, m, n, k, batch, dt), flops)
         dgrad = Kernel(f"{name} dgrad", klass, "B", gemm.gemm_time_s(c, g, m, k, n, batch, dt), flops)
-        wgrad_s = gemm.gemm_time_s(c, g, k, n, m, batch, dt)
-        if weights:
-            return [forward], [dgrad, Kernel(f"{name} wgrad", klass, "W", wgrad_s, flops, float(k * n * batch))]
-        return [forward], [dgrad, Kernel(f"{name} wgrad", klass, "B", wgrad_s, flops)]
+        part, held = ("W", float(k * n * batch)) if weights else ("B", 0.0)
+        wgrad = Kernel(f"{name} wgrad", klass, part, gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops, held)
+        return [forward], [dgrad, wgrad]
 
     def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
         """A linear layer's GEMM (Transformer Engine's modules in Megatron): `_gemm`, or with FP8 its
@@ -130,10 +129,8 @@ class LayerKernels:
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
-            weights = float(k * n * batch) if part == "W" else 0.0
-            return Kernel(
-                label, "gemm", part, gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True), flops, weights
-            )
+            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True)
+            return Kernel(label, "gemm", part, time_s, flops, float(k * n * batch) if part == "W" else 0.0)
 
         def cast(label: str, part: str, elements: int) -> Kernel:
             return Kernel(f"{label} FP8 cast", "elementwise", part, gemm.elementwise_time_s(c, g, elements * (dt + 2)))

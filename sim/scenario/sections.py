@@ -164,10 +164,8 @@ class MegatronSection(Section):
     )
     blocking_p2p: bool | None = Field(
         None,
-        description="a rank's next compute waits for the pipeline sends it issued before (Megatron-LM of "
-        "2021-22: batch_isend_irecv, wait, torch.cuda.synchronize); off: sends overlap the next compute. "
-        "Default: on with cluster.compute_model kernel (prediction), off with the roofline (teaching: "
-        "the closed-form bubbles assume free communication)",
+        description="a rank's next compute waits for its earlier pipeline sends (Megatron-LM 2021-22: batch_isend_"
+        "irecv, wait, torch.cuda.synchronize). Default: on with compute_model kernel, off with the roofline",
     )
     overlap_grad_reduce: bool = Field(
         False,
