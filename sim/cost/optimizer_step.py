@@ -20,9 +20,12 @@ Float16OptimizerWithFloat16Params.step):
 
 fp16: Megatron-LM v2.5 (August 2021) with NVIDIA's script for Narayanan et al. 2021 Table 1
 (examples/sc21: --fp16 --loss-scale 8192 --clip-grad 1.0; local DDP without contiguous buffers,
-or torch DDP, whose reducer also copies gradients into buckets and back): gradients stay fp16
-in param.grad, which autograd accumulates over microbatches (AccumulateGrad: grad += new, read 2
-+ 2, write 2, for every microbatch after the first). Per step:
+the default then, for the rows with a pipeline): gradients stay fp16 in param.grad, which
+autograd accumulates over microbatches (AccumulateGrad: grad += new, read 2 + 2, write 2, for
+every microbatch after the first). The rows without a pipeline ran torch DDP, whose reducer
+copies the gradients into its buckets, dividing on the way (PyTorch's c10d reducer.cpp,
+copy_grad_to_bucket), and back: 8 B where the first line below counts 12 (about 0.1% of those
+steps; one description for both). Per step:
 
     allreduce_gradients       flatten (r+w 4), /= dp size (4), copy back (4)        12
     copy to main grads        fp16 -> fp32 .float(): read 2, write 4                 6
