@@ -232,6 +232,7 @@ def build_program(
     backward_flops: Callable[[int], float],
     optimizer_bytes: Callable[[int], float] = lambda stage: 0.0,
     weight_flops: Callable[[int], float] | None = None,
+    blocking_p2p: bool = False,
 ) -> Program:
     """Turn per-rank compute orders into per-rank op lists with p2p and optimizer steps.
 
@@ -240,7 +241,8 @@ def build_program(
     its input gradient to stage s-1. Consecutive stages on the same rank (interleaved with p = 1,
     the turn of a V: stages p-1 and p on rank p-1) hand over locally: the earlier op on the compute
     stream is the dependency. A W sends and receives nothing. Each rank ends with one optimizer step
-    per stage it holds, in stage order.
+    per stage it holds, in stage order. `blocking_p2p`: compute ops and optimizer steps also wait for
+    their rank's earlier sends (Megatron-LM's _communicate, 2021-22: batch_isend_irecv, wait, sync).
 
     Costs: F takes forward_flops(s); a whole backward backward_flops(s); where the order splits it,
     W takes weight_flops(s) and B the rest, backward_flops(s) - weight_flops(s) (an order with W
@@ -251,21 +253,23 @@ def build_program(
     if split and weight_flops is None:
         raise ValueError("this order splits backwards into B and W: build_program needs weight_flops")
     ops: dict[int, list[Op]] = {rank: [] for rank in sorted(set(stage_to_rank.values()) | set(order))}
+    sent: dict[int, tuple[str, ...]] = {rank: () for rank in ops}  # sends a blocking rank's next compute waits for
     for rank in sorted(order):
         for phase, mb, stage in order[rank]:
+            after = sent[rank]
             if phase == Phase.W:
                 assert weight_flops is not None
-                ops[rank].append(Compute(phase, mb, stage, weight_flops(stage)))
+                ops[rank].append(Compute(phase, mb, stage, weight_flops(stage), deps=after))
                 continue
             flops = forward_flops(stage) if phase == Phase.F else backward_flops(stage)
             if phase == Phase.B and (mb, stage) in split:
                 assert weight_flops is not None
                 flops -= weight_flops(stage)
-            ops[rank].extend(
-                _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops)
-            )
-    for stage in range(num_stages):
-        ops[stage_to_rank[stage]].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage)))
+            step = _compute_with_p2p(rank, phase, mb, stage, num_stages, stage_to_rank, activation_bytes, flops, after)
+            ops[rank].extend(step)
+            sent[rank] = tuple(op.label for op in step if isinstance(op, Send) and blocking_p2p)
+    for stage, rank in sorted(stage_to_rank.items()):
+        ops[rank].append(Compute(Phase.OPT, None, stage, nbytes=optimizer_bytes(stage), deps=sent[rank]))
     return Program(ops, num_stages, num_microbatches, dict(stage_to_rank))
 
 
@@ -278,16 +282,17 @@ def _compute_with_p2p(
     stage_to_rank: dict[int, int],
     nbytes: float,
     flops: float,
+    after: tuple[str, ...] = (),
 ) -> list[Op]:
-    """The receive a compute op on `rank` waits on, the op itself, and the send of its result."""
+    """The receive a compute op on `rank` waits on, the op itself (and on `after`), its result's send."""
     src = stage - 1 if phase == Phase.F else stage + 1  # the stage whose output this op consumes
     dst = stage + 1 if phase == Phase.F else stage - 1  # the stage that consumes this op's output
     ops: list[Op] = []
-    deps: tuple[str, ...] = ()
+    deps = after
     if 0 <= src < num_stages and stage_to_rank[src] != rank:
         recv = Recv(stage_to_rank[src], MessageTag(phase, mb, src), nbytes)
         ops.append(recv)
-        deps = (recv.label,)
+        deps = (recv.label, *after)
     compute = Compute(phase, mb, stage, flops, deps=deps)
     ops.append(compute)
     if 0 <= dst < num_stages and stage_to_rank[dst] != rank:

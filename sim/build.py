@@ -86,13 +86,12 @@ def make_program(
     build only the pipelines of these ranks (a program of representatives, sim.symmetry). `check`
     False skips the validation (sim.preflight only counts the ops of programs it never runs);
     `dry_run` False its deadlock dry run (for a program the engine walks: schedules.validate)."""
-    p, m = scenario.parallel, scenario.model_spec
+    p, m, t = scenario.parallel, scenario.model_spec, scenario.training
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
-    layer_act = cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
+    layer_act = cost.boundary_activation_bytes(t.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
     split = p.sequence_parallel or scatter_gather(p)  # each rank sends its 1/tp: its sequence shard, or a chunk
     act_bytes = layer_act / p.tp if split else layer_act
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
-    t = scenario.training
     redo = [
         sum(
             cost.model_layer_recompute_flops(m, t.micro_batch, i, t.recompute)
@@ -110,6 +109,7 @@ def make_program(
         backward_flops=lambda s: 2 * flops[s] + redo[s],
         optimizer_bytes=lambda s: stage_params(scenario, s) * cost.ADAM_BYTES_PER_PARAM,
         weight_flops=lambda s: stage_weight_gradient_flops(scenario, s),
+        blocking_p2p=scenario.blocking_p2p,
     )
     layout = layout_of(scenario)
     replicas = [

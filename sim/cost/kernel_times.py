@@ -7,7 +7,11 @@ for a whole op, piece `part` of an op tensor parallelism cut); each item is its 
 the weight gradients when a zero-bubble schedule splits them off into a W op, plus the attention
 core's forward again under selective recompute (full recompute: tp_stage_plan already puts the
 forward items in the backward). A W op is the weight gradients of its stage's backward items, an
-R op the recompute alone, OPT one optimizer kernel over the op's bytes. op.flops stays the counted
+R op the recompute alone, OPT Megatron-LM's optimizer passes over the op's parameters
+(sim.cost.optimizer_step). Whichever op holds weight gradients also pays their accumulation over
+microbatches where the dtype's code path makes it a pass of its own (optimizer_step.
+accumulation_bytes; a stage's first backward is taken to be microbatch 0's, as in every order
+with backwards in microbatch order). op.flops stays the counted
 model FLOPs (MFU); only the time comes from here. Times are computed once per (phase, stage, part,
 split, bytes) and looked up per op: a 16,384-GPU run asks millions of times.
 """
@@ -21,12 +25,14 @@ from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import rank_order
 from clustersim.schedules.tensor_parallel import tp_stage_plan
-from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes, optimizer_kernel
+from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes
+from clustersim.sim.cost.optimizer_step import accumulation_bytes, accumulation_kernels, optimizer_kernels
 from clustersim.sim.cost.stages import stage_moe_layers
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.schema import Scenario
 
-Key = tuple[Phase, int, int | None, bool, float]  # (phase, stage, part, split backward, nbytes)
+# (phase, stage, part, split backward, nbytes, accumulation bytes per weight element)
+Key = tuple[Phase, int, int | None, bool, float, int]
 
 
 def shapes_of(scenario: Scenario) -> Shapes:
@@ -91,10 +97,17 @@ class KernelTimes:
         """The attention core's forward kernels under selective recompute, else none."""
         return list(self.items["attn"].core) if self.scenario.training.recompute == "selective" else []
 
-    def _kernels(self, phase: Phase, stage: int, part: int | None, split: bool, nbytes: float) -> list[Kernel]:
+    def _kernels(
+        self, phase: Phase, stage: int, part: int | None, split: bool, nbytes: float, per_weight: int = 0
+    ) -> list[Kernel]:
+        kernels = self._op_kernels(phase, stage, part, split, nbytes)
+        weights = sum(k.weights for k in kernels if k.part == "W")
+        return kernels + accumulation_kernels(self.chip, self.gpu, weights, per_weight)
+
+    def _op_kernels(self, phase: Phase, stage: int, part: int | None, split: bool, nbytes: float) -> list[Kernel]:
         full = self.scenario.training.recompute == "full"
         if phase == Phase.OPT:
-            return [optimizer_kernel(self.chip, self.gpu, nbytes)]
+            return optimizer_kernels(self.chip, self.gpu, nbytes, self.scenario.training.dtype)
         if phase == Phase.W:
             items = [i for piece in self._pieces(Phase.B, stage, False) for i in piece]
             return [k for i in items for k in self._item_kernels(i, False) if k.part == "W"]
@@ -112,7 +125,10 @@ class KernelTimes:
         return sum(k.time_s for k in self._kernels(phase, stage, None, False, 0.0))
 
     def _key(self, op: Compute) -> Key:
-        return (op.phase, op.stage, op.part, op.phase == Phase.B and (op.microbatch, op.stage) in self.split, op.nbytes)
+        split = op.phase == Phase.B and (op.microbatch, op.stage) in self.split
+        gradients = op.phase == Phase.W or (op.phase == Phase.B and not split)
+        per_weight = accumulation_bytes(self.scenario.training.dtype, op.microbatch == 0) if gradients else 0
+        return (op.phase, op.stage, op.part, split, op.nbytes, per_weight)
 
     def kernels_of(self, op: Compute) -> list[Kernel]:
         """The kernels an op runs, in order."""

@@ -5,10 +5,9 @@ For b sequences of s tokens (T = b s), hidden h, a heads of d = h / a, MLP width
 parallel t (a/t heads and f/t columns per rank; sequence parallel: the norms and residuals see
 T/t tokens), per work item of schedules.tensor_parallel.tp_stage_plan:
 
-    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query: (h + 2 h_kv)/t); attention
-             core: scores Q K^T, batched b a/t times (s x s x d), softmax and dropout over (b a/t s s),
-             context P V (s x d x s), or one fused flash-attention kernel; output projection
-             (T x h x h/t); dropout+residual
+    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query (h + 2 h_kv)/t); attention core:
+             scores Q K^T, batched b a/t times (s x s x d), softmax and dropout over (b a/t s s), context
+             P V (s x d x s), or one fused flash-attention kernel; output projection (T x h x h/t); dropout+residual
     mlp      layernorm; FC1 (T x f/t x h; gated: 2f/t, gate and up in one GEMM); GeLU or SwiGLU;
              FC2 (T x h x f/t); dropout+residual
     embed    token + position lookup (T x h), dropout
@@ -26,6 +25,7 @@ Element-wise kernels move bytes per element as listed at each one (dt = dtype by
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -53,14 +53,16 @@ ROUTER_SOFTMAX_BACKWARD_BYTES = 12
 @dataclass(frozen=True)
 class Kernel:
     """One kernel: its class, the part of a step it belongs to (F forward, B input gradient and
-    element-wise backward, W weight gradient), its time, and the model FLOPs it accounts for
-    (Megatron's count: GEMMs and the attention core; 0 for element-wise kernels)."""
+    element-wise backward, W weight gradient), its time, the model FLOPs it accounts for
+    (Megatron's count: GEMMs and the attention core; 0 for element-wise kernels) and, for a weight
+    gradient, the weight's elements (what accumulating it over microbatches moves)."""
 
     name: str
     klass: str
     part: str
     time_s: float
     flops: float = 0.0
+    weights: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -115,9 +117,8 @@ class LayerKernels:
         flops = 2.0 * m * n * k * batch
         forward = Kernel(name, klass, "F", gemm.gemm_time_s(c, g, m, n, k, batch, dt), flops)
         dgrad = Kernel(f"{name} dgrad", klass, "B", gemm.gemm_time_s(c, g, m, k, n, batch, dt), flops)
-        wgrad = Kernel(
-            f"{name} wgrad", klass, "W" if weights else "B", gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops
-        )
+        part, held = ("W", float(k * n * batch)) if weights else ("B", 0.0)
+        wgrad = Kernel(f"{name} wgrad", klass, part, gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops, held)
         return [forward], [dgrad, wgrad]
 
     def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
@@ -129,7 +130,8 @@ class LayerKernels:
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
-            return Kernel(label, "gemm", part, gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True), flops)
+            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True)
+            return Kernel(label, "gemm", part, time_s, flops, float(k * n * batch) if part == "W" else 0.0)
 
         def cast(label: str, part: str, elements: int) -> Kernel:
             return Kernel(f"{label} FP8 cast", "elementwise", part, gemm.elementwise_time_s(c, g, elements * (dt + 2)))
@@ -232,9 +234,13 @@ class LayerKernels:
 
     def embed(self) -> ItemKernels:
         """Token and position rows read, their sum written (3 dt); the weight gradient scatters dy
-        into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel."""
-        dt, elements = self.sh.dtype_bytes, self._tokens * self.sh.hidden
-        lookup = self.elementwise("embedding", elements, 3 * dt, dt + 8, part="W")
+        into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel, of the
+        V/t word rows and the s (unsplit) position rows."""
+        sh = self.sh
+        dt, elements = sh.dtype_bytes, self._tokens * sh.hidden
+        forward, backward = self.elementwise("embedding", elements, 3 * dt, dt + 8, part="W")
+        weights = float((sh.vocab // sh.tp + sh.seq_len) * sh.hidden)
+        lookup = (forward, [dataclasses.replace(backward[0], weights=weights)])
         return self.join(lookup, self.elementwise("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
 
     def head(self) -> ItemKernels:
@@ -292,9 +298,3 @@ class LayerKernels:
         if name not in ITEMS:
             raise ValueError(f"unknown work item {name!r}: one of {', '.join(ITEMS)}")
         return getattr(self, name)()
-
-
-def optimizer_kernel(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> Kernel:
-    """The optimizer step: one fused multi-tensor kernel streaming `nbytes` of parameters,
-    gradients and states (sim.cost.compute.ADAM_BYTES_PER_PARAM per parameter)."""
-    return Kernel("optimizer", "optimizer", "F", gemm.elementwise_time_s(chip, gpu, nbytes))

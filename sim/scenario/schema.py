@@ -244,6 +244,12 @@ class Scenario(Section):
         return self.training.global_batch // (self.training.micro_batch * self.parallel.dp)
 
     @property
+    def blocking_p2p(self) -> bool:
+        """parallel.megatron.blocking_p2p; unset, as Megatron-LM with the kernel compute model."""
+        blocking = self.parallel.megatron.blocking_p2p
+        return self.cluster.compute_model == "kernel" if blocking is None else blocking
+
+    @property
     def model_spec(self) -> ModelSpec:
         return self.model.spec
 
@@ -264,13 +270,11 @@ class Scenario(Section):
         values added (num_gpus, gpu_spec, dtype_bytes, num_microbatches, output dir)."""
         data = self.model_dump(mode="json")
         data["cluster"]["topology"] = resolved_topology(self.cluster.topology)
-        for (
-            section,
-            key,
-            default,
-        ) in _LATER_KEYS:  # absent at their defaults, as before they existed (summaries compare)
+        for section, key, default in _LATER_KEYS:  # absent at their defaults, as before they existed
             if data[section][key] == default:
                 del data[section][key]
+        if self.parallel.megatron.blocking_p2p is None:
+            del data["parallel"]["megatron"]["blocking_p2p"]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes

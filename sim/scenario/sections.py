@@ -162,6 +162,11 @@ class MegatronSection(Section):
         description="free a stage output's data once it is sent (Megatron-LM's deallocate_pipeline_outputs, "
         "set by its training loop); off: each in-flight microbatch also holds its stage's output",
     )
+    blocking_p2p: bool | None = Field(
+        None,
+        description="a rank's next compute waits for its earlier pipeline sends (Megatron-LM 2021-22: batch_isend_"
+        "irecv, wait, torch.cuda.synchronize). Default: on with compute_model kernel, off with the roofline",
+    )
     overlap_grad_reduce: bool = Field(
         False,
         description="ZeRO 0-2: bucket the gradients by whole layers (parallel.bucket each at least) and "
