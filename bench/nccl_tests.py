@@ -3,7 +3,8 @@ collectives section.
 
 One hardware description per system (link rates from the datasheets, NCCL's constants from its
 source through sim.collectives.nccl), never a per-row factor. A row runs the algorithm its source
-ran: `auto` (NCCL's own choice) unless the source forced one (NCCL_ALGO=NVLS, NCCL_ALGO=RING).
+ran: `auto` (NCCL's own choice) unless the source forced one (NCCL_ALGO=NVLS, NCCL_ALGO=RING), under the
+NCCL release it ran where the source names one (`VERSIONS`; a property of the run, like the launch).
 Every row states the error it is allowed (`bound`); tests/sim/collectives/test_nccl_calibration.py
 reruns the fast rows and checks them against it.
 
