@@ -3,7 +3,8 @@ collectives section.
 
 One hardware description per system (link rates from the datasheets, NCCL's constants from its
 source through sim.collectives.nccl), never a per-row factor. A row runs the algorithm its source
-ran: `auto` (NCCL's own choice) unless the source forced one (NCCL_ALGO=NVLS, NCCL_ALGO=RING).
+ran: `auto` (NCCL's own choice) unless the source forced one (NCCL_ALGO=NVLS, NCCL_ALGO=RING), under the
+NCCL release it ran where the source names one (`VERSIONS`; a property of the run, like the launch).
 Every row states the error it is allowed (`bound`); tests/sim/collectives/test_nccl_calibration.py
 reruns the fast rows and checks them against it.
 
@@ -30,6 +31,7 @@ from clustersim.sim.collectives import nccl_tuning
 from clustersim.sim.collectives.fabric import describe
 from clustersim.sim.collectives.nccl import ALGOS, NCCL, NcclConfig
 from clustersim.sim.collectives.nccl_table import BUSBW_FACTOR
+from clustersim.sim.collectives.nccl_versions import LATEST
 from clustersim.sim.collectives.registry import nccl_shape
 from clustersim.sim.collectives.run import resolve_protocol, time_collective
 from clustersim.sim.scenario.spec import parse_spec
@@ -60,7 +62,8 @@ SYSTEMS = {
 AZURE_A100 = (
     "Azure/AI-benchmarking-guide, https://github.com/Azure/AI-benchmarking-guide/blob/main/Azure_Results/"
     "ND_A100_v4_results.md, table 'NCCL Bandwidth' (the page names NCCL 2.18.5; run with NCCL_ALGO=NVLS, an A100 "
-    "all-reduce needs NCCL 2.19 or later, whose ring backup it then ran)"
+    "all-reduce needs NCCL 2.19 or later, whose ring backup it then ran; install_requirements.sh builds NCCL's "
+    "master, v2.22.3 or v2.23.4 when the page came in, 2024-09-25)"
 )
 AZURE_H100 = (
     "Azure/AI-benchmarking-guide, https://github.com/Azure/AI-benchmarking-guide/blob/main/Azure%20Results/"
@@ -86,13 +89,18 @@ QOOFYK_4 = (
 QOOFYK_2 = ISSUE_309 + ": qoofyk, 2 Dell XE9680 (bare metal), NCCL 2.26.2, mpirun -np 16 -g 1, out-of-place"
 OCI_A100 = (
     "oracle-japan/ocitutorials, tutorials/_intermediates/spinup-gpu-cluster.md section 4-2 (OCI BM.GPU4.8: 8 "
-    "A100-SXM4-40GB on NVSwitch), all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8 in horovod/horovod:latest (CUDA 11.3; "
-    "NCCL version not printed), out-of-place"
+    "A100-SXM4-40GB on NVSwitch), all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8 in horovod/horovod:latest (CUDA 11.3), "
+    "nccl-tests built on the image's NCCL (NCCL_HOME=/usr/lib/x86_64-linux-gnu): 2.9.9 (horovod/horovod "
+    "docker/horovod/Dockerfile, NCCL_VERSION=2.9.9-1+cuda11.3 with CUDA 11.3.1 from 2022-10-10 on; the tutorial's "
+    "later version replaces it by libnccl2 2.15.5), out-of-place"
 )
 SUPERBENCH_A100 = (
     "microsoft/superbenchmark, tests/benchmarks/micro_benchmarks/test_cuda_nccl_bw_performance.py, raw nccl-tests "
     "output of host sb-validation-scus-000001 (8 A100-SXM4-40GB), all_reduce_perf / all_gather_perf / "
-    "reduce_scatter_perf -b 1 -e 8G -f 2 -g 8 -c 0 (NCCL version not printed), out-of-place"
+    "reduce_scatter_perf -b 1 -e 8G -f 2 -g 8 -c 0, out-of-place; NCCL not printed: the test data came in "
+    "2021-07-26 (e083a598), when superbenchmark's image (dockerfile/cuda11.1.1.dockerfile) built NCCL's "
+    "bootstrap_tag branch (v2.8.4-1 before 2021-06-16, v2.10.3-1 from 2022-02), taken as 2.9.9, the release "
+    "before it (2.8.4 has the same ring constants)"
 )
 OCI_A100_G1 = (
     "oracle-japan/ocitutorials, content/hpc/tech-knowhow/container-with-singularity/index.md section 6-2-5 (OCI "
@@ -127,9 +135,15 @@ class Row:
     small: bool = True  # rerun by the test suite
 
     @property
+    def version(self) -> str:
+        """The NCCL release the row's run used (VERSIONS), else the latest the layer ports."""
+        return next((v for source, v in VERSIONS.items() if self.source.startswith(source)), LATEST)
+
+    @property
     def configuration(self) -> str:
         forced = "" if self.algo == "auto" else f", {self.algo} forced"
-        return f"{self.op} {_size_text(self.size)}, {self.system}{forced}"
+        release = "" if self.version == LATEST else f", NCCL {self.version}"
+        return f"{self.op} {_size_text(self.size)}, {self.system}{forced}{release}"
 
 
 def _size_text(size: int) -> str:
@@ -138,10 +152,12 @@ def _size_text(size: int) -> str:
 
 
 LAUNCH = (
-    "latency-bound, one process driving 8 GPUs (-g 8): nccl-tests issues its calls back to back (src/common.cu) "
-    "and one thread launches the 8 GPUs' kernels one after another (NCCL 2.18.5 src/group.cc doLaunches), so "
-    "host time per call is a floor the layer does not have; the run is flat at 42-45 us from 1 to 16 KiB, where "
-    "the simulated GPU time is 33-36 us and NCCL's own model 15 us"
+    "latency-bound, one process driving 8 GPUs (-g 8): the run is flat at 42-45 us per call from 1 to 16 KiB, the "
+    "layer 33-36 us. Not its NCCL release: from 2.18.1 tuning.cc gives a ring LL call more latency (baseLat 6.6 "
+    "against 3.6 us, 0.6 against 0.47 us per NVLink step), 2.2 us of the layer's time at 8 KiB (35.3 against 33.1 "
+    "us under 2.9.9), and the same recipe's H100 page, also -g 8, takes 25.6 us per call; the OCI and "
+    "superbenchmark hosts (-g 8, 2.9.9) take 32-36 us. What is left is this host's: nccl-tests issues its calls "
+    "back to back (src/common.cu) and one thread launches the 8 GPUs' kernels in turn (src/group.cc doLaunches)"
 )
 GJ_CLUSTER = (
     "that cluster runs 7-10% below the same hardware elsewhere at 8 GiB (364.93 on 4 nodes, 466.73-468.46 on 2 "
@@ -176,14 +192,28 @@ MID_RING_32 = (
     "(superbenchmark 374.3 us, OCI 398.2 us); NCCL's own model is 4% faster still (open)"
 )
 A100_LL = (
-    "ring, LL on one A100 node: this host and the OCI one take 75-77 us per 1 MiB call, Azure's 51 us and the "
-    "layer 55 us (-7.9% against Azure); from 512 KiB to 2 MiB the three hosts differ by 26-64% (none prints its "
-    "NCCL version but Azure's), and NCCL's own model is 1.2-2.4x fast against all three (open)"
+    "ring, LL on one A100 node under NCCL 2.9.9, whose tuning.cc gives LL a quarter of the ring's bus bandwidth "
+    "(58.75 GB/s; half, 87.7, from 2.21.5 on: +39.4% and +35.9% with the latest's constants). The runs take 75-77 "
+    "us per 1 MiB call, the layer 62 us: between 512 KiB and 2 MiB each byte costs the OCI run 1/51 GB/s (the "
+    "layer 1/57.5) and its calls 41 us beyond that (the layer 30 us: baseLat and its 14 NVLink steps) (open)"
 )
 GATHER_RAMP = (
     "out-of-place all_gather ramps more slowly than in-place on this host (1 GiB: 212.88 out of place, 220.61 in "
     "place, +3.4% against the latter; 8 GiB 223.39 and 230.07); the layer has one all_gather for both"
 )
+# The NCCL release each source ran (the start of its source text), where the source or its set-up names it;
+# the others run the latest the layer ports. Only the single-node ring's constants differ between them.
+VERSIONS = {
+    OCI_A100: "2.9.9",
+    SUPERBENCH_A100: "2.9.9",
+    AZURE_A100: "2.22.3",
+    AZURE_H100: "2.18.5",
+    GCM_1: "2.16.2",
+    GCM_2: "2.12.12",
+    QOOFYK_4: "2.26.2",
+    QOOFYK_2: "2.26.2",
+    OCI_A100_G1: "2.26.5",
+}
 ROWS = [
     Row(AZURE_A100, "DGX A100", "all_reduce", 8 * G, 231.58, 0.05),
     Row(AZURE_A100, "DGX A100", "all_reduce", 1 * G, 228.10, 0.05),
@@ -195,7 +225,7 @@ ROWS = [
     Row(OCI_A100, "DGX A100", "all_reduce", 256 * M, 221.38, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 64 * M, 199.23, 0.05),
     Row(OCI_A100, "DGX A100", "all_reduce", 128 * M, 197.17, 0.15, why=MID_RING),
-    Row(OCI_A100, "DGX A100", "all_reduce", 1 * M, 23.92, 0.40, why=A100_LL),
+    Row(OCI_A100, "DGX A100", "all_reduce", 1 * M, 23.92, 0.25, why=A100_LL),
     Row(OCI_A100, "DGX A100", "all_reduce", 8 * K, 0.44, 0.15),
     Row(OCI_A100_G1, "DGX A100", "all_reduce", 10 * G, 233.29, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * G, 235.26, 0.05),
@@ -203,7 +233,7 @@ ROWS = [
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 64 * M, 200.91, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 128 * M, 202.11, 0.15, why=MID_RING),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 32 * M, 156.89, 0.25, why=MID_RING_32),
-    Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 1 * M, 24.54, 0.40, why=A100_LL),
+    Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 1 * M, 24.54, 0.25, why=A100_LL),
     Row(SUPERBENCH_A100, "DGX A100", "all_reduce", 8 * K, 0.40, 0.15),
     Row(SUPERBENCH_A100, "DGX A100", "all_gather", 8 * G, 223.39, 0.05),
     Row(SUPERBENCH_A100, "DGX A100", "all_gather", 1 * G, 212.88, 0.10, why=GATHER_RAMP),
@@ -261,7 +291,7 @@ ROWS = [
 def _graph(row: Row):
     spec, system = SYSTEMS[row.system]
     graph = parse_spec(spec)
-    graph.graph[NCCL] = NcclConfig(system=system)
+    graph.graph[NCCL] = NcclConfig(system=system, version=row.version)
     return graph
 
 

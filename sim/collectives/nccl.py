@@ -9,7 +9,9 @@ does; without it the textbook algorithms run unchanged. Switches (each also a sc
 - `pxn`: inter-node messages leave through the NIC on the destination's rail, reached over NVLink
   (NCCL's PXN, src/transport/net.cc); off, they leave through the sender's own NIC;
 - `copy_engine`: intra-node copies of non-reducing collectives by the copy engine at NVLink line
-  rate (Simple only), instead of SM-driven copies at NCCL's per-NVLink rate.
+  rate (Simple only), instead of SM-driven copies at NCCL's per-NVLink rate;
+- `version`: the NCCL release the run uses (default the latest the layer ports): an older one runs
+  the ring at its own tuning.cc constants (sim.collectives.nccl_versions).
 
 How the costs enter the flow network (sim.collectives.nccl_algorithms applies them):
 - bytes on an NVLink hop are multiplied by line rate / the rate of NCCL's single-node ring search
@@ -33,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from clustersim.sim.collectives import nccl_tuning as tuning
+from clustersim.sim.collectives import nccl_versions
 from clustersim.sim.collectives.steps import CollectiveError
 
 NCCL = "nccl"  # graph.graph key holding the NcclConfig
@@ -74,8 +77,10 @@ class NcclConfig:
     nvls: bool = True
     pxn: bool = True
     copy_engine: bool = False
+    version: str = nccl_versions.LATEST  # the NCCL release the run uses (its ring constants, nccl_versions)
 
     def __post_init__(self) -> None:
+        nccl_versions.parse(self.version)
         if self.system not in SYSTEMS:
             raise ValueError(f"unknown NCCL system {self.system!r} (valid: {', '.join(SYSTEMS)})")
         if self.protocol not in ("auto", *tuning.PROTOCOLS):
@@ -114,6 +119,7 @@ def shape_of(config: NcclConfig, nodes: int, ranks: int, nic_Bps: float | None, 
         nic_GBps=(nic_Bps or 0.0) / 1e9,
         nics=nics,
         nvls=system.nvls and config.nvls,
+        version=nccl_versions.parse(config.version),
     )
 
 
@@ -159,7 +165,7 @@ def tune(
         ) from None
     latency_us, _ = tuning.model(op, algo, protocol, shape)
     latency_us *= tuning.ring_plateau(algo, protocol, op, shape, nbytes)
-    base_us = tuning.BASE_LATENCY_us[algo][tuning.PROTOCOLS.index(protocol)]
+    base_us = tuning.base_latency_us(algo, tuning.PROTOCOLS.index(protocol), shape)
     steps = tuning.steps_of(op, shape.ranks) if algo == "ring" else 1
     used, total = tuning.channels_used(algo, protocol, shape, nbytes)
     slower = total / used / tuning.run_correction(algo, protocol, op, nbytes)
@@ -232,7 +238,7 @@ def _tuned(call: tuple, model_op, model_algo, algo, protocol, latency_us, steps,
     per_nic_Bps = graph.bw_inter_GBps * 1e9 * graph.channels / max(shape.nics, 1)
     inter = (nic_Bps / per_nic_Bps) if (nic_Bps and shape.nodes > 1) else 1.0
     protocol_factor = P2P_WIRE_FACTOR[protocol] if algo == "pxn" else simple_bw / bw if bw > 0 else 1.0
-    base_us = tuning.BASE_LATENCY_us[model_algo][tuning.PROTOCOLS.index(protocol)]
+    base_us = tuning.base_latency_us(model_algo, tuning.PROTOCOLS.index(protocol), shape)
     return Tuned(
         protocol=protocol,
         intra_factor=intra * protocol_factor * slowdown,

@@ -8,6 +8,7 @@ Constants come from NVIDIA/nccl (read at commit 5067397, June 2026):
 - src/graph/topo.h: the bandwidth NCCL assigns one NVLink (SM80_NVLINK_BW 20 GB/s, SM90 20.6);
 - src/graph/search.cc: the speeds its ring search tries (`speedArrayIntra/Inter`, sm90 variants)
   and `ncclTopoDupChannels` (channels doubled while each keeps >= 25 GB/s).
+Those are the latest release's; an older one's ring constants come from nccl_versions (Shape.version).
 
 NCCL picks, per call, the (algorithm, protocol) of least predicted time = latency + size / bw
 (src/enqueue.cc, topoGetAlgoInfo), with ncclTopoGetAlgoTime's two refinements (`algo_time_us`): the
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from clustersim.sim.collectives import nccl_versions
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compCapIndex order
@@ -89,6 +92,7 @@ class Shape:
     nic_GBps: float  # one NIC's rate (0 on a single node)
     nics: int  # NICs per node
     nvls: bool  # NVLink SHARP on the NVSwitch (H100 generation and later)
+    version: tuple[int, int, int] = nccl_versions.LATEST_RELEASE  # the NCCL release (its ring constants)
 
 
 def _speeds(shape: Shape, table: dict) -> tuple[float, ...]:
@@ -186,11 +190,16 @@ def model(op: str, algo: str, proto: str, shape: Shape) -> tuple[float, float]:
         cap = PER_CH_MAX_NVLS_TREE[a][index2] if algo == "nvls_tree" else math.inf
         bw = min(intra, inter, cap)
     bus = graph.channels * bw
+    ring = nccl_versions.ring_constants(shape.version)
+    if algo == "ring" and shape.arch == "ampere":
+        bus = min(bus, ring.ampere_bus_cap_GBps)
     ll_max = LL_MAX_BW["single"][a] if nodes == 1 else LL_MAX_BW["intel"][index2]
     if algo == "ring" and proto == "LL":
-        bus = min(ll_max, bus * 0.5)
+        one_node_gather = nodes == 1 and op in ("all_gather", "reduce_scatter")
+        bus = min(ll_max, bus * (ring.ll_factor_other if one_node_gather else ring.ll_factor_all_reduce))
     if algo == "ring" and proto == "LL128":
-        bus = min(bus * 0.92, graph.channels * PER_CH_MAX_RING_LL128[a][index2])
+        older = ring.ampere_ll128_per_channel_GBps.get(op) if shape.arch == "ampere" else None
+        bus = min(bus * 0.92, graph.channels * (older or PER_CH_MAX_RING_LL128[a][index2]))
     if algo == "tree":
         bus = min(bus * 0.92, graph.channels * PER_CH_MAX_TREE[a][index2])
         if proto == "LL":
@@ -204,10 +213,17 @@ def model(op: str, algo: str, proto: str, shape: Shape) -> tuple[float, float]:
     return _latency(op, algo, p, shape, nsteps, ppn), algbw
 
 
+def base_latency_us(algo: str, p: int, shape: Shape) -> float:
+    """tuning.cc baseLat of the algorithm and protocol (index p) in the shape's NCCL release."""
+    older = nccl_versions.ring_constants(shape.version).base_latency_us if algo == "ring" else None
+    return (older or BASE_LATENCY_us[algo])[p]
+
+
 def _latency(op: str, algo: str, p: int, shape: Shape, nsteps: int, ppn: float) -> float:
-    intra_hw = HW_LATENCY_us["nvlink"][algo][p]
+    older = nccl_versions.ring_constants(shape.version).nvlink_hop_us if algo == "ring" else None
+    intra_hw = (older or HW_LATENCY_us["nvlink"][algo])[p]
     inter_hw = HW_LATENCY_us["net"]["tree" if ppn == 1 else algo][p]
-    latency = BASE_LATENCY_us[algo][p]
+    latency = base_latency_us(algo, p, shape)
     if algo == "ring":
         hw = intra_hw if shape.nodes == 1 else HW_LATENCY_us["net"]["ring"][p]
         if op in ("broadcast", "reduce"):
