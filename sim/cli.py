@@ -217,6 +217,7 @@ def parser() -> argparse.ArgumentParser:
     coll.add_argument("--no-nvls", dest="nvls", action="store_false", help="NCCL may not use NVLink SHARP")
     coll.add_argument("--no-pxn", dest="pxn", action="store_false", help="inter-node messages use the sender's NIC")
     coll.add_argument("--copy-engine", action="store_true", help="intra-node copies by the copy engine (line rate)")
+    coll.add_argument("--nccl-version", default=None, help="the NCCL release to time (2.8.4 up; default the latest)")
     coll.add_argument("--plot", metavar="PNG", help="also draw busbw vs size for each algorithm of the collective")
     add_key_flags(coll)
     coll.set_defaults(func=collective_command)

@@ -57,6 +57,9 @@ def collective_command(args: argparse.Namespace) -> int:
     return 0
 
 
+_FLAG_OF_ERROR = (("system", "--nccl"), ("NCCL version", "--nccl-version"))  # NcclConfig's complaint -> its flag
+
+
 def _nccl_layer(args: argparse.Namespace, graph) -> str:
     """Put the NCCL layer's settings on the graph as the flags say; a line saying which."""
     from clustersim.sim.collectives.fabric import gpu_link_Bps
@@ -69,10 +72,12 @@ def _nccl_layer(args: argparse.Namespace, graph) -> str:
         system = system_for(gpu_link_Bps(graph, "nvswitch")) if nodes else None
     if system in (None, "off"):
         return "NCCL layer off"
+    version = {"version": args.nccl_version} if args.nccl_version else {}
     try:
-        config = NcclConfig(system, args.protocol, args.tree, args.nvls, args.pxn, args.copy_engine)
+        config = NcclConfig(system, args.protocol, args.tree, args.nvls, args.pxn, args.copy_engine, **version)
     except ValueError as exc:
-        raise ScenarioError("(command line)", "--nccl" if "system" in str(exc) else "--protocol", str(exc)) from None
+        flag = next((f for word, f in _FLAG_OF_ERROR if word in str(exc)), "--protocol")
+        raise ScenarioError("(command line)", flag, str(exc)) from None
     graph.graph[NCCL] = config
     return f"NCCL layer on ({system})"
 

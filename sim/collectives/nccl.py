@@ -110,7 +110,7 @@ ALGOS = {"nccl_ring": "ring", "nccl_tree": "tree", "nvls": "nvls", "nvls_tree": 
 
 
 def shape_of(config: NcclConfig, nodes: int, ranks: int, nic_Bps: float | None, nics: int) -> tuning.Shape:
-    system = SYSTEMS[config.system]
+    system, version = SYSTEMS[config.system], nccl_versions.parse(config.version)
     return tuning.Shape(
         ranks=ranks,
         nodes=nodes,
@@ -118,8 +118,10 @@ def shape_of(config: NcclConfig, nodes: int, ranks: int, nic_Bps: float | None, 
         nvlinks=system.nvlinks,
         nic_GBps=(nic_Bps or 0.0) / 1e9,
         nics=nics,
-        nvls=system.nvls and config.nvls,
-        version=nccl_versions.parse(config.version),
+        nvls=system.nvls
+        and config.nvls
+        and version >= nccl_versions.FIRST_RELEASE["nvls" if nodes == 1 else "nvls_tree"],
+        version=version,
     )
 
 

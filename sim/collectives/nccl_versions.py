@@ -27,6 +27,10 @@ LATEST = "2.30.7"
 LATEST_RELEASE = (2, 30, 7)
 OLDEST = (2, 8, 4)
 
+# The first release with each NVLink SHARP algorithm: src/transport/nvls.cc and tuning.cc's NCCL_ALGO_NVLS
+# appear in v2.17.1-1, NCCL_ALGO_NVLS_TREE in v2.18.1-1; a run on an older release has neither
+FIRST_RELEASE = {"nvls": (2, 17, 1), "nvls_tree": (2, 18, 1)}
+
 # v2.9.9 src/graph/tuning.cc ll128MaxBwPerCh, per collective
 LL128_PER_CHANNEL_V2_9_GBps = {"all_reduce": 16.9, "all_gather": 18.3, "reduce_scatter": 15.2}
 

@@ -16,6 +16,7 @@ is an example of every section.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator, model_validator
 
 from clustersim.schedules.pipeline import SCHEDULES, ScheduleError
+from clustersim.sim.collectives import nccl_versions
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
 from clustersim.sim.scenario.fields import Section, one_of
@@ -270,11 +272,10 @@ class Scenario(Section):
         values added (num_gpus, gpu_spec, dtype_bytes, num_microbatches, output dir)."""
         data = self.model_dump(mode="json")
         data["cluster"]["topology"] = resolved_topology(self.cluster.topology)
-        for section, key, default in _LATER_KEYS:  # absent at their defaults, as before they existed
-            if data[section][key] == default:
-                del data[section][key]
-        if self.parallel.megatron.blocking_p2p is None:
-            del data["parallel"]["megatron"]["blocking_p2p"]
+        for (*outer, key), default in _LATER_KEYS:  # absent at their defaults, as before they existed
+            section = functools.reduce(lambda d, k: d.get(k) or {}, outer, data)
+            if key in section and section[key] == default:
+                del section[key]
         data["cluster"]["num_gpus"] = self.num_gpus
         data["cluster"]["gpu_spec"] = dataclasses.asdict(self.gpu_spec)
         data["training"]["dtype_bytes"] = self.dtype_bytes
@@ -283,10 +284,12 @@ class Scenario(Section):
         return data
 
 
-_LATER_KEYS = (  # (section, key, default) of keys added after the first summaries were saved
-    ("cluster", "nccl", None),
-    ("cluster", "compute_model", "roofline"),
-    ("training", "flash_attention", False),
-    ("training", "fp8", False),
-    ("model", "kv_heads", None),
+_LATER_KEYS = (  # (path, default) of keys added after the first summaries were saved
+    (("cluster", "nccl"), None),
+    (("cluster", "nccl", "version"), nccl_versions.LATEST),
+    (("cluster", "compute_model"), "roofline"),
+    (("training", "flash_attention"), False),
+    (("training", "fp8"), False),
+    (("model", "kv_heads"), None),
+    (("parallel", "megatron", "blocking_p2p"), None),
 )

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 
 from clustersim.sim.collectives.nccl import SYSTEM_OF_GPU, NcclConfig
-from clustersim.sim.collectives.nccl_tuning import PROTOCOLS
 from clustersim.sim.cost.memory import RECOMPUTE_MODES
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, show_value
 from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
+from clustersim.sim.scenario.nccl_section import NcclSection
 from clustersim.sim.scenario.topology import TopologySection
 from clustersim.topologies.kind import MAX_GPUS, FitError, Shape
 from clustersim.topologies.registry import TOPOLOGIES
@@ -42,14 +42,12 @@ if TYPE_CHECKING:  # what the checked names are to a type checker; built at run 
     NumericsDtype = str
     OptimizerName = str
     Recompute = str
-    Protocol = str
 else:
     GpuName = one_of(GPUS, "gpu")
     Dtype = one_of(DTYPE_BYTES, "dtype")
     NumericsDtype = one_of(NUMERICS_DTYPES, "numerics dtype")
     OptimizerName = one_of(OPTIMIZERS, "optimizer")
     Recompute = one_of(RECOMPUTE_MODES, "recompute mode")
-    Protocol = one_of(("auto", *PROTOCOLS), "NCCL protocol")
 
 
 class GpuOverrides(Section):
@@ -59,16 +57,6 @@ class GpuOverrides(Section):
     memory_bytes: Bytes | None = Field(None, alias="memory")
     hbm_bandwidth_Bps: Bandwidth | None = Field(None, alias="hbm_bandwidth")
     efficiency: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-
-
-class NcclSection(Section):
-    """Collectives as NCCL runs them (sim.collectives.nccl): present = on, each key a switch."""
-
-    protocol: Protocol = Field("auto", description="auto (NCCL's size-based choice) or LL, LL128, Simple")
-    tree: bool = Field(True, description="NCCL may pick its double-binary-tree all-reduce across nodes")
-    nvls: bool = Field(True, description="NVLink SHARP all-reduce where the NVSwitch has it (H100, H200)")
-    pxn: bool = Field(True, description="inter-node messages leave through the NIC on the destination's rail")
-    copy_engine: bool = Field(False, description="intra-node copies of all_gather / all_to_all by copy engine")
 
 
 class ClusterSection(Section):

@@ -62,3 +62,36 @@ def test_a_version_outside_the_ported_releases_is_a_one_line_error(version):
     with pytest.raises(ValueError, match="NCCL version") as error:
         nccl.NcclConfig("A100", version=version)
     assert "\n" not in str(error.value)
+
+
+def test_nvlink_sharp_exists_from_the_release_that_added_it():
+    """src/transport/nvls.cc and NCCL_ALGO_NVLS appear in v2.17.1-1, NCCL_ALGO_NVLS_TREE in v2.18.1-1:
+    a run on an older release is offered neither (one node: NVLS; more: NVLS-tree)."""
+
+    def nvls(version: str, nodes: int) -> bool:
+        return nccl.shape_of(nccl.NcclConfig("H100", version=version), nodes, 8 * nodes, 50e9, 8).nvls
+
+    assert not nvls("2.16.5", 1) and nvls("2.17.1", 1)
+    assert not nvls("2.17.1", 4) and nvls("2.18.1", 4)
+    assert not nccl.shape_of(nccl.NcclConfig("A100"), 1, 8, None, 0).nvls  # no NVLS on A100 in any release
+
+
+def test_a_scenario_and_the_command_line_name_the_release():
+    from clustersim.sim.cli import main
+    from clustersim.sim.scenario.loader import load_scenario_text
+    from clustersim.sim.scenario.schema import ScenarioError
+
+    text = """
+name: v
+cluster: {{gpu: A100-SXM-80GB, nodes: 1, gpus_per_node: 8, nccl: {{version: "{v}"}},
+          topology: {{kind: dgx, link_latency: 1us}}}}
+model: {{preset: tiny-8l}}
+training: {{global_batch: 8, micro_batch: 1}}
+parallel: {{tp: 8}}
+numerics: {{enabled: false}}
+"""
+    assert load_scenario_text(text.format(v="2.9.9")).cluster.nccl.version == "2.9.9"
+    with pytest.raises(ScenarioError, match=r"cluster\.nccl\.version.*outside the releases ported"):
+        load_scenario_text(text.format(v="2.5.0"))
+    args = ["collective", "all_reduce", "--topology", "dgx:1", "--sizes", "8KiB", "--nccl-version", "2.5.0"]
+    assert main(args) == 2
