@@ -45,6 +45,8 @@ LAYER_BEGIN, LAYER_END = "<!-- layer table: bench/fidelity.py --write -->", "<!-
 
 NARAYANAN = "Narayanan et al. 2021 (SC21, arXiv:2104.04473) Table 1"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5"
+NEMO = "NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md), DGX-H100 FP8"
+MODEL_TFLOPS = "model TFLOP/s"  # per GPU, NeMo's FLOP count (nemo_flops)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class Row:
     source: str
     configuration: str
     published: float
-    unit: str  # "s" (step time) or "TFLOP/s" (per GPU, the paper's FLOP count)
+    unit: str  # "s" (step time), "TFLOP/s" (per GPU, the paper's FLOP count) or MODEL_TFLOPS (NeMo's)
     scenario: str  # scenarios/calibration/<scenario>.yaml
     small: bool = False  # seconds to simulate: rerun by the test suite
 
@@ -85,6 +87,18 @@ ROWS = [
     _table5("530B", "280 A100, TP 8, PP 35 x 3", "full", 49.05, "k530b_full"),
     _table5("1T", "512 A100, TP 8 + SP, PP 64", "selective", 71.49, "k1t_selective"),
     _table5("1T", "512 A100, TP 8, PP 64", "full", 94.42, "k1t_full"),
+    Row(NEMO, "GPT3-5B, 64 H100, TP 1, DP 64, batch 2048, FP8", 736, MODEL_TFLOPS, "nemo_gpt3_5b", small=True),
+    Row(NEMO, "GPT3-20B, 64 H100, TP 2 + SP, DP 32, batch 256, FP8", 750, MODEL_TFLOPS, "nemo_gpt3_20b"),
+    Row(
+        NEMO, "GPT3-175B, 128 H100, TP 4 + SP, PP 8 x 6, DP 4, batch 256, FP8", 782, MODEL_TFLOPS, "nemo_gpt3_175b_128"
+    ),
+    Row(
+        NEMO,
+        "GPT3-175B, 512 H100, TP 4 + SP, PP 8 x 6, DP 16, batch 2048, FP8",
+        842,
+        MODEL_TFLOPS,
+        "nemo_gpt3_175b_512",
+    ),
 ]
 
 
@@ -94,6 +108,17 @@ def megatron_flops(scenario) -> float:
     m, batch = scenario.model, scenario.training.global_batch
     s, h, layers, vocab = m.seq_len, m.hidden, m.layers, m.vocab
     return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + vocab / (16 * layers * h))
+
+
+def nemo_flops(scenario) -> float:
+    """FLOPs of one iteration as NeMo counts them for its performance summary's "Model TFLOP / sec /
+    GPU" (NVIDIA/NeMo nemo/utils/flops_formulas.py, gpt3(): (24 B s h^2 + 4 B s^2 h) 3 l + 6 B s h V,
+    no recompute, no causal halving, with V = 51200 for every GPT-3, LLM_VOCAB_SIZE_MAP["gpt3"] in
+    nemo/collections/common/parts/perf_metrics_utils.py). The 24.07 table's 782 tokens/s x this count
+    per token = 842 TFLOP/s for GPT3-175B at 512 GPUs, as printed (checked by a test)."""
+    m, batch = scenario.model, scenario.training.global_batch
+    s, h, layers = m.seq_len, m.hidden, m.layers
+    return (24 * batch * s * h**2 + 4 * batch * s**2 * h) * 3 * layers + 6 * batch * s * h * 51200
 
 
 def simulated(row: Row, max_memory: str | None = None, compute_model: str | None = None) -> tuple[float, float]:
@@ -111,7 +136,8 @@ def simulated(row: Row, max_memory: str | None = None, compute_model: str | None
     step_s = simulate(scenario).summary["step_time_s"]
     if row.unit == "s":
         return step_s, step_s
-    return megatron_flops(scenario) / step_s / scenario.num_gpus / 1e12, step_s
+    flops = nemo_flops(scenario) if row.unit == MODEL_TFLOPS else megatron_flops(scenario)
+    return flops / step_s / scenario.num_gpus / 1e12, step_s
 
 
 def run_row(row: Row, max_memory: str, compute_model: str | None = None) -> dict:
