@@ -68,6 +68,10 @@ def _table5(model: str, layout: str, mode: str, seconds: float, scenario: str, s
     return Row(KORTHIKANTI + column, f"{model}, {layout}, {mode} recompute", seconds, "s", scenario, small)
 
 
+def _nemo(model: str, layout: str, tflops: float, scenario: str, small: bool = False) -> Row:
+    return Row(NEMO, f"{model}, {layout}, FP8", tflops, MODEL_TFLOPS, scenario, small)
+
+
 ROWS = [
     _table1("1.7B", "32 A100, TP 1, DP 32, batch 512", 137, "megatron_1_7b", small=True),
     _table1("3.6B", "64 A100, TP 2, DP 32, batch 512", 138, "megatron_3_6b"),
@@ -87,18 +91,12 @@ ROWS = [
     _table5("530B", "280 A100, TP 8, PP 35 x 3", "full", 49.05, "k530b_full"),
     _table5("1T", "512 A100, TP 8 + SP, PP 64", "selective", 71.49, "k1t_selective"),
     _table5("1T", "512 A100, TP 8, PP 64", "full", 94.42, "k1t_full"),
-    Row(NEMO, "GPT3-5B, 64 H100, TP 1, DP 64, batch 2048, FP8", 736, MODEL_TFLOPS, "nemo_gpt3_5b", small=True),
-    Row(NEMO, "GPT3-20B, 64 H100, TP 2 + SP, DP 32, batch 256, FP8", 750, MODEL_TFLOPS, "nemo_gpt3_20b"),
-    Row(
-        NEMO, "GPT3-175B, 128 H100, TP 4 + SP, PP 8 x 6, DP 4, batch 256, FP8", 782, MODEL_TFLOPS, "nemo_gpt3_175b_128"
-    ),
-    Row(
-        NEMO,
-        "GPT3-175B, 512 H100, TP 4 + SP, PP 8 x 6, DP 16, batch 2048, FP8",
-        842,
-        MODEL_TFLOPS,
-        "nemo_gpt3_175b_512",
-    ),
+    _nemo("GPT3-5B", "64 H100, TP 1, DP 64, batch 2048", 736, "nemo_gpt3_5b", small=True),
+    _nemo("GPT3-20B", "64 H100, TP 2 + SP, DP 32, batch 256", 750, "nemo_gpt3_20b"),
+    _nemo("GPT3-175B", "128 H100, TP 4 + SP, PP 8 x 6, DP 4, batch 256", 782, "nemo_gpt3_175b_128"),
+    _nemo("GPT3-175B", "512 H100, TP 4 + SP, PP 8 x 6, DP 16, batch 2048", 842, "nemo_gpt3_175b_512"),
+    _nemo("LLAMA2-7B", "8 H100, TP 1, DP 8, batch 128", 776, "nemo_llama2_7b", small=True),
+    _nemo("LLAMA2-13B", "16 H100, TP 1, PP 4 x 10, DP 4, batch 128", 754, "nemo_llama2_13b"),
 ]
 
 
@@ -112,13 +110,18 @@ def megatron_flops(scenario) -> float:
 
 def nemo_flops(scenario) -> float:
     """FLOPs of one iteration as NeMo counts them for its performance summary's "Model TFLOP / sec /
-    GPU" (NVIDIA/NeMo nemo/utils/flops_formulas.py, gpt3(): (24 B s h^2 + 4 B s^2 h) 3 l + 6 B s h V,
-    no recompute, no causal halving, with V = 51200 for every GPT-3, LLM_VOCAB_SIZE_MAP["gpt3"] in
-    nemo/collections/common/parts/perf_metrics_utils.py). The 24.07 table's 782 tokens/s x this count
-    per token = 842 TFLOP/s for GPT3-175B at 512 GPUs, as printed (checked by a test)."""
+    GPU" (NVIDIA/NeMo nemo/utils/flops_formulas.py): gpt3() (24 B s h^2 + 4 B s^2 h) 3 l + 6 B s h V
+    and llama2() B s l h^2 (12 + 12 g / a + 18 f / h + 12 s / h + 6 V / (l h)), both without
+    recompute or causal halving; written here as one, B s l h^2 (24 + c f / h + 12 s / h + 6 V / (l h))
+    with c = 12 for GPT-3's two MLP matrices (f = 4h) and 18 for Llama's three, multi-head attention
+    (g = a). V is NeMo's per family (LLM_VOCAB_SIZE_MAP in nemo/collections/common/parts/
+    perf_metrics_utils.py: gpt3 51200, llama2 32000), not the padded vocabulary. The 24.07 table's
+    782 tokens/s x this count per token = 842 TFLOP/s for GPT3-175B at 512 GPUs, as printed (a test
+    checks every row)."""
     m, batch = scenario.model, scenario.training.global_batch
     s, h, layers = m.seq_len, m.hidden, m.layers
-    return (24 * batch * s * h**2 + 4 * batch * s**2 * h) * 3 * layers + 6 * batch * s * h * 51200
+    mlp, vocab = (18, 32000) if m.gated_mlp else (12, 51200)
+    return batch * s * layers * h**2 * (24 + mlp * m.ffn / h + 12 * s / h + 6 * vocab / (layers * h))
 
 
 def simulated(row: Row, max_memory: str | None = None, compute_model: str | None = None) -> tuple[float, float]:

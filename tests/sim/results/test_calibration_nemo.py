@@ -19,6 +19,8 @@ TOKENS_PER_S_PER_GPU = {
     "nemo_gpt3_20b": 5851,
     "nemo_gpt3_175b_128": 726,
     "nemo_gpt3_175b_512": 782,
+    "nemo_llama2_7b": 16847,
+    "nemo_llama2_13b": 8646,
 }
 
 
