@@ -12,15 +12,15 @@ from fidelity import MODEL_TFLOPS, ROWS, nemo_flops  # noqa: E402
 
 from clustersim.sim.scenario.loader import load_scenario  # noqa: E402
 
-# NVIDIA/NeMo docs/source/performance/performance_summary.md at 070a0bb1 (NeMo 24.07, DGX-H100,
+# NVIDIA/NeMo docs/source/performance/performance_summary.md at 8e3d65dc (NeMo 24.07, DGX-H100,
 # FP8), column "Tokens / sec / GPU" of the rows whose "Model TFLOP / sec / GPU" the ROWS carry.
 TOKENS_PER_S_PER_GPU = {
-    "nemo_gpt3_5b": 22521,
+    "nemo_gpt3_5b": 23406,
     "nemo_gpt3_20b": 5851,
-    "nemo_gpt3_175b_128": 726,
-    "nemo_gpt3_175b_512": 782,
-    "nemo_llama2_7b": 16847,
-    "nemo_llama2_13b": 8646,
+    "nemo_gpt3_175b_128": 716,
+    "nemo_gpt3_175b_512": 825,
+    "nemo_llama2_7b": 16934,
+    "nemo_llama2_13b": 8715,
 }
 
 
