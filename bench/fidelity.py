@@ -105,6 +105,7 @@ ROWS = [
     _nemo("LLAMA2-7B", "8 H100, TP 1, DP 8, batch 128", 780, "nemo_llama2_7b", small=True),
     _nemo("LLAMA2-13B", "16 H100, TP 1, PP 4 x 10, DP 4, batch 128", 760, "nemo_llama2_13b"),
     _nemo("Nemotron-8B", "64 H100, TP 2 + SP, DP 32, batch 256", 643, "nemo_nemotron_8b"),
+    _nemo("Nemotron-22B", "64 H100, TP 2 + SP, PP 4 x 10, DP 8, batch 256", 562, "nemo_nemotron_22b"),
 ]
 
 

@@ -22,6 +22,7 @@ TOKENS_PER_S_PER_GPU = {
     "nemo_llama2_7b": 16934,
     "nemo_llama2_13b": 8715,
     "nemo_nemotron_8b": 12507,
+    "nemo_nemotron_22b": 4312,
 }
 
 
