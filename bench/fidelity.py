@@ -45,6 +45,8 @@ LAYER_BEGIN, LAYER_END = "<!-- layer table: bench/fidelity.py --write -->", "<!-
 
 NARAYANAN = "Narayanan et al. 2021 (SC21, arXiv:2104.04473) Table 1"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5"
+NEMO = "NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md), DGX-H100 FP8"
+MODEL_TFLOPS = "model TFLOP/s"  # per GPU, NeMo's FLOP count (nemo_flops)
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,10 @@ class Row:
     source: str
     configuration: str
     published: float
-    unit: str  # "s" (step time) or "TFLOP/s" (per GPU, the paper's FLOP count)
+    unit: str  # "s" (step time), "TFLOP/s" (per GPU, the paper's FLOP count) or MODEL_TFLOPS (NeMo's)
     scenario: str  # scenarios/calibration/<scenario>.yaml
     small: bool = False  # seconds to simulate: rerun by the test suite
+    vocab: int = 0  # MODEL_TFLOPS rows: the vocabulary NeMo's FLOP count uses for the model's family
 
 
 def _table1(size: str, layout: str, tflops: float, scenario: str, small: bool = False) -> Row:
@@ -64,6 +67,16 @@ def _table1(size: str, layout: str, tflops: float, scenario: str, small: bool = 
 def _table5(model: str, layout: str, mode: str, seconds: float, scenario: str, small: bool = False) -> Row:
     column = "" if mode == "selective" else ", Full Recompute"
     return Row(KORTHIKANTI + column, f"{model}, {layout}, {mode} recompute", seconds, "s", scenario, small)
+
+
+# NeMo's LLM_VOCAB_SIZE_MAP (NVIDIA/NeMo nemo/collections/common/parts/perf_metrics_utils.py): the
+# vocabulary its FLOP count uses per model family, not the model's padded one.
+NEMO_VOCAB = {"GPT3": 51200, "LLAMA2": 32000, "Nemotron": 256000}
+
+
+def _nemo(model: str, layout: str, tflops: float, scenario: str, small: bool = False) -> Row:
+    vocab = NEMO_VOCAB[model.split("-")[0]]
+    return Row(NEMO, f"{model}, {layout}, FP8", tflops, MODEL_TFLOPS, scenario, small, vocab)
 
 
 ROWS = [
@@ -85,6 +98,14 @@ ROWS = [
     _table5("530B", "280 A100, TP 8, PP 35 x 3", "full", 49.05, "k530b_full"),
     _table5("1T", "512 A100, TP 8 + SP, PP 64", "selective", 71.49, "k1t_selective"),
     _table5("1T", "512 A100, TP 8, PP 64", "full", 94.42, "k1t_full"),
+    _nemo("GPT3-5B", "64 H100, TP 1, DP 64, batch 2048", 765, "nemo_gpt3_5b", small=True),
+    _nemo("GPT3-20B", "64 H100, TP 2 + SP, DP 32, batch 256", 750, "nemo_gpt3_20b"),
+    _nemo("GPT3-175B", "128 H100, TP 4 + SP, PP 8 x 6, DP 4, batch 256", 771, "nemo_gpt3_175b_128"),
+    _nemo("GPT3-175B", "512 H100, TP 4 + SP, PP 8 x 6, DP 16, batch 2048", 888, "nemo_gpt3_175b_512"),
+    _nemo("LLAMA2-7B", "8 H100, TP 1, DP 8, batch 128", 780, "nemo_llama2_7b", small=True),
+    _nemo("LLAMA2-13B", "16 H100, TP 1, PP 4 x 10, DP 4, batch 128", 760, "nemo_llama2_13b"),
+    _nemo("Nemotron-8B", "64 H100, TP 2 + SP, DP 32, batch 256", 643, "nemo_nemotron_8b"),
+    _nemo("Nemotron-22B", "64 H100, TP 2 + SP, PP 4 x 10, DP 8, batch 256", 562, "nemo_nemotron_22b"),
 ]
 
 
@@ -94,6 +115,22 @@ def megatron_flops(scenario) -> float:
     m, batch = scenario.model, scenario.training.global_batch
     s, h, layers, vocab = m.seq_len, m.hidden, m.layers, m.vocab
     return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + vocab / (16 * layers * h))
+
+
+def nemo_flops(scenario, vocab: int) -> float:
+    """FLOPs of one iteration as NeMo counted them for its 24.07 performance summary's "Model TFLOP /
+    sec / GPU" (NVIDIA/NeMo nemo/collections/common/metrics/perf_metrics.py at d8995496, "log
+    TFLOPs", 2024-08-04, FLOPsMeasurementCallback): _gpt3() (24 B s h^2 + 4 B s^2 h) 3 l + 6 B s h V,
+    _llama2() and _nemotron() B s l h^2 (12 + 12 g / a + c f / h + 12 s / h + 6 V / (l h)), none
+    with recompute or causal halving; written here as one, B s l h^2 (24 + c f / h + 12 s / h +
+    6 V / (l h)), c = 12 for two MLP matrices (GPT-3, Nemotron) and 18 for Llama's three,
+    multi-head attention (g = a), V NeMo's vocabulary for the family (NEMO_VOCAB). The 24.07 table's
+    825 tokens/s x this count per token = 888 TFLOP/s for GPT3-175B at 512 GPUs, as printed (a test
+    checks every row)."""
+    m, batch = scenario.model, scenario.training.global_batch
+    s, h, layers = m.seq_len, m.hidden, m.layers
+    mlp = 18 if m.gated_mlp else 12
+    return batch * s * layers * h**2 * (24 + mlp * m.ffn / h + 12 * s / h + 6 * vocab / (layers * h))
 
 
 def simulated(row: Row, max_memory: str | None = None, compute_model: str | None = None) -> tuple[float, float]:
@@ -111,7 +148,8 @@ def simulated(row: Row, max_memory: str | None = None, compute_model: str | None
     step_s = simulate(scenario).summary["step_time_s"]
     if row.unit == "s":
         return step_s, step_s
-    return megatron_flops(scenario) / step_s / scenario.num_gpus / 1e12, step_s
+    flops = nemo_flops(scenario, row.vocab) if row.unit == MODEL_TFLOPS else megatron_flops(scenario)
+    return flops / step_s / scenario.num_gpus / 1e12, step_s
 
 
 def run_row(row: Row, max_memory: str, compute_model: str | None = None) -> dict:

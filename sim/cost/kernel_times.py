@@ -24,10 +24,12 @@ from collections.abc import Callable
 from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import rank_order
+from clustersim.schedules.stage_pieces import UNIT_ITEM
 from clustersim.schedules.tensor_parallel import tp_stage_plan
 from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes
 from clustersim.sim.cost.optimizer_step import accumulation_bytes, accumulation_kernels, optimizer_kernels
 from clustersim.sim.cost.stages import stage_moe_layers
+from clustersim.sim.cost.units import cut_unit_layers
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.schema import Scenario
 
@@ -82,10 +84,13 @@ class KernelTimes:
             recompute_full,
             tp=p.tp,
             ep=p.ep,
+            unit_layers=cut_unit_layers(p),  # as the program cuts its ops (ZeRO 3 units, overlapped reductions)
         )
         return [list(items) for items, _, _ in plan]
 
     def _item_kernels(self, item: str, split: bool) -> list[Kernel]:
+        if item == UNIT_ITEM:  # no work: where a unit starts
+            return []
         phase, name = item.split(".")
         kernels = self.items[name]
         if phase == "F":

@@ -160,3 +160,26 @@ def test_every_ops_kernels_account_for_its_counted_flops(recompute, tp, dp, ep, 
         for op in program.ops[rank]:
             if isinstance(op, Compute) and op.phase != Phase.OPT:
                 assert flops(times.kernels_of(op)) == pytest.approx(op.flops, rel=1e-12), op.label
+
+
+@pytest.mark.parametrize("parallel", ["megatron: {overlap_grad_reduce: true}", "zero: 3"])
+def test_ops_cut_at_units_run_the_kernels_of_the_whole_op(parallel):
+    """Overlapped gradient reduction (one layer per unit) and ZeRO 3 cut a stage's ops into pieces
+    at unit starts even at tp 1: the pieces' kernels are the whole op's, split, so every kernel
+    class takes the same time as in the uncut run (this once raised an IndexError)."""
+    from clustersim.sim.run import simulate
+
+    text = """
+name: cut
+cluster:
+  {{gpu: H100-SXM, nodes: 1, gpus_per_node: 8, compute_model: kernel, topology: {{kind: dgx, link_latency: 1us}}}}
+model: {{preset: tiny-8l}}
+training: {{global_batch: 16, micro_batch: 1}}
+parallel: {{tp: 1, pp: 1, dp: 8, {extra}}}
+numerics: {{enabled: false}}
+"""
+    cut = simulate(load_scenario_text(text.format(extra=parallel))).summary["time_breakdown_s"]
+    whole = simulate(load_scenario_text(text.format(extra="zero: 0"))).summary["time_breakdown_s"]
+    for klass, seconds in whole["compute_by_kernel_class"].items():
+        if klass != "optimizer":  # ZeRO 3 steps a shard of the optimizer states
+            assert cut["compute_by_kernel_class"][klass] == pytest.approx(seconds, rel=1e-9)
