@@ -190,7 +190,9 @@ def training_table(rows: list[Row], values: list[float]) -> str:
     errors = [abs(error(row, value)) for row, value in zip(rows, values)]
     lines.append(
         f"\nTraining rows: {len(rows)}; median absolute error {statistics.median(errors):.1%}, worst "
-        f"{max(errors):.1%}. A100 efficiency {GPUS['A100-SXM-80GB'].efficiency} of peak for every row."
+        f"{max(errors):.1%}. Each row's own compute model: the A100 rows the roofline, A100 efficiency "
+        f"{GPUS['A100-SXM-80GB'].efficiency} of peak for every row; the H100 FP8 rows the kernel model, "
+        "which FP8 needs."
     )
     return "\n".join(lines)
 
