@@ -104,6 +104,7 @@ ROWS = [
     _nemo("GPT3-175B", "512 H100, TP 4 + SP, PP 8 x 6, DP 16, batch 2048", 888, "nemo_gpt3_175b_512"),
     _nemo("LLAMA2-7B", "8 H100, TP 1, DP 8, batch 128", 780, "nemo_llama2_7b", small=True),
     _nemo("LLAMA2-13B", "16 H100, TP 1, PP 4 x 10, DP 4, batch 128", 760, "nemo_llama2_13b"),
+    _nemo("LLAMA2-70B", "64 H100, TP 4 + SP, PP 4 x 20, DP 4, batch 128, 8 query groups", 768, "nemo_llama2_70b"),
     _nemo("Nemotron-8B", "64 H100, TP 2 + SP, DP 32, batch 256", 643, "nemo_nemotron_8b"),
     _nemo("Nemotron-22B", "64 H100, TP 2 + SP, PP 4 x 10, DP 8, batch 256", 562, "nemo_nemotron_22b"),
 ]
@@ -122,15 +123,17 @@ def nemo_flops(scenario, vocab: int) -> float:
     sec / GPU" (NVIDIA/NeMo nemo/collections/common/metrics/perf_metrics.py at d8995496, "log
     TFLOPs", 2024-08-04, FLOPsMeasurementCallback): _gpt3() (24 B s h^2 + 4 B s^2 h) 3 l + 6 B s h V,
     _llama2() and _nemotron() B s l h^2 (12 + 12 g / a + c f / h + 12 s / h + 6 V / (l h)), none
-    with recompute or causal halving; written here as one, B s l h^2 (24 + c f / h + 12 s / h +
-    6 V / (l h)), c = 12 for two MLP matrices (GPT-3, Nemotron) and 18 for Llama's three,
-    multi-head attention (g = a), V NeMo's vocabulary for the family (NEMO_VOCAB). The 24.07 table's
+    with recompute or causal halving; written here as one, B s l h^2 (12 + 12 g / a + c f / h + 12 s / h +
+    6 V / (l h)), c = 12 for two MLP matrices (GPT-3, Nemotron) and 18 for Llama's three, g the
+    query groups (model.kv_heads; g = a: multi-head, where 12 + 12 g / a is GPT-3's 24), V NeMo's
+    vocabulary for the family (NEMO_VOCAB). The 24.07 table's
     825 tokens/s x this count per token = 888 TFLOP/s for GPT3-175B at 512 GPUs, as printed (a test
     checks every row)."""
     m, batch = scenario.model, scenario.training.global_batch
     s, h, layers = m.seq_len, m.hidden, m.layers
-    mlp = 18 if m.gated_mlp else 12
-    return batch * s * layers * h**2 * (24 + mlp * m.ffn / h + 12 * s / h + 6 * vocab / (layers * h))
+    mlp, groups = 18 if m.gated_mlp else 12, m.kv_heads or m.heads
+    attention = 12 + 12 * groups / m.heads
+    return batch * s * layers * h**2 * (attention + mlp * m.ffn / h + 12 * s / h + 6 * vocab / (layers * h))
 
 
 def simulated(row: Row, max_memory: str | None = None, compute_model: str | None = None) -> tuple[float, float]:

@@ -21,6 +21,7 @@ TOKENS_PER_S_PER_GPU = {
     "nemo_gpt3_175b_512": 825,
     "nemo_llama2_7b": 16934,
     "nemo_llama2_13b": 8715,
+    "nemo_llama2_70b": 1728,
     "nemo_nemotron_8b": 12507,
     "nemo_nemotron_22b": 4312,
 }
