@@ -52,7 +52,7 @@ def shapes_of(scenario: Scenario) -> Shapes:
         m.moe,
         p.ep,
         t.fp8,
-        m.kv_heads and m.kv_hidden,
+        m.kv_hidden,
     )
 
 

@@ -61,7 +61,7 @@ def layer_activation_bytes(scenario: Scenario) -> float:
         t=p.tp,
         sp=p.sequence_parallel,
         recompute=scenario.training.recompute,
-        h_kv=m.kv_heads and m.kv_hidden,
+        h_kv=m.kv_hidden,
     )
 
 

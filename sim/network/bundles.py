@@ -96,13 +96,8 @@ class BundledFlows(FewFlows):
         bundle = _Bundle()
         bundle.parts, bundle.links = t, list(t.crossings)
         bundle.nbytes = bundle.remaining = t.nbytes
-        bundle.latency, bundle.src, bundle.dst, bundle.group, bundle.members = (
-            t.latency,
-            t.src[0],
-            t.dst[0],
-            group,
-            None,
-        )
+        bundle.latency, bundle.group, bundle.members = t.latency, group, None  # members: its parts'
+        bundle.src, bundle.dst = t.src[0], t.dst[0]
         bundle.start = bundle.since = now
         bundle.rate, bundle.finish_at = t.rate, now + max(t.nbytes, 0.0) / t.rate
         self._flows[fid] = bundle
@@ -135,13 +130,13 @@ class BundledFlows(FewFlows):
             for j, (path, src, dst, members) in enumerate(zip(t.paths, t.src, t.dst, t.members)):
                 part = flows[fid + j] = _Flow()
                 part.links, part.src, part.dst, part.members, part.group = path, src, dst, members, bundle.group
-                part.nbytes, part.remaining, part.since, part.start = (
-                    t.nbytes,
-                    bundle.remaining,
-                    bundle.since,
+                part.nbytes, part.latency, part.remaining = t.nbytes, t.latency, bundle.remaining
+                part.start, part.since, part.rate, part.finish_at = (
                     bundle.start,
+                    bundle.since,
+                    bundle.rate,
+                    bundle.finish_at,
                 )
-                part.latency, part.rate, part.finish_at = t.latency, bundle.rate, bundle.finish_at
         self._flows = flows
         on = self._on
         for link in t.crossings:
