@@ -95,10 +95,19 @@ MAMF_FP8 = f"{MAMF}, FP8 (float8_e4m3fn)"
 H100_FP8_CEILING = MatmulCeiling(1024, 9216, 14336, 1402.6e12, f"{MAMF_FP8}: NVIDIA H100 SXM, torch 2.7.0+cu126")
 H200_FP8_CEILING = MatmulCeiling(1280, 4096, 12032, 1453.4e12, f"{MAMF_FP8}: NVIDIA H200 SXM, torch 2.7.1+cu128")
 
-# Achievable HBM bandwidth: OpenCL-Benchmark (ProjectPhysX) on a GH200 (HBM3, 4.0 TB/s datasheet)
-# measured 3,614.6 GB/s coalesced read and 3,704.8 GB/s coalesced write (mredenti/PowerCapping,
-# configuration/OpenCL_benchmark.md): 0.90 of the datasheet. We found no public streaming figure
-# for A100's HBM2e with a stated method, so the A100 entries use the same fraction (a known gap).
+# Achievable HBM bandwidth, streaming: BabelStream's CUDA Copy kernel (one read and one write per
+# element, the pattern of the norms, activations, dropouts and casts) as Azure measured it on each
+# GPU for its AI-benchmarking-guide (Azure/AI-benchmarking-guide, Azure_Results/ND_*_results.md,
+# "HBM Bandwidth", 2024-09; Benchmarks/HBMBandwidth.py builds BabelStream's CUDA model), over the
+# datasheet bandwidth of sim.scenario.hardware: A100-SXM4-80GB 1.61 of 2.039 TB/s (ND A100 v4),
+# H100 80GB HBM3 2.90 of 3.35 (ND H100 v5), H200 141GB 4.01 of 4.8 (ND H200 v5). One method on
+# every GPU; the A100 40 GB (HBM2, 1.555 TB/s) is taken at the 80 GB's fraction, not measured.
+A100_HBM_EFFICIENCY = 1.61e12 / 2.039e12
+H100_HBM_EFFICIENCY = 2.90e12 / 3.35e12
+H200_HBM_EFFICIENCY = 4.01e12 / 4.8e12
+# Chips without such a measurement: OpenCL-Benchmark (ProjectPhysX) on a GH200 (HBM3, 4.0 TB/s
+# datasheet) measured 3,614.6 GB/s coalesced read and 3,704.8 GB/s coalesced write
+# (mredenti/PowerCapping, configuration/OpenCL_benchmark.md): 0.90 of the datasheet.
 HBM_EFFICIENCY = 0.90
 
 # NVIDIA technical blog, "Getting Started with CUDA Graphs" (Alan Gray, 2019): a 2.9 us kernel
@@ -141,7 +150,7 @@ _A100 = ChipSpec(
     SFU_PER_CLOCK,
     CUBLAS_TILES,
     A100_CEILING,
-    HBM_EFFICIENCY,
+    A100_HBM_EFFICIENCY,
     LAUNCH_OVERHEAD_S,
     unfused_attention=A100_UNFUSED_ATTENTION,
 )
@@ -155,7 +164,7 @@ _H100 = ChipSpec(
     SFU_PER_CLOCK,
     CUBLAS_TILES,
     H100_CEILING,
-    HBM_EFFICIENCY,
+    H100_HBM_EFFICIENCY,
     LAUNCH_OVERHEAD_S,
     H100_FP8_CEILING,
 )
@@ -164,7 +173,7 @@ CHIPS: dict[str, ChipSpec] = {
     "A100-SXM-80GB": _A100,
     "A100-SXM-40GB": _A100,
     "H100-SXM": _H100,
-    "H200": dataclasses.replace(_H100, fp8_matmul_ceiling=H200_FP8_CEILING),
+    "H200": dataclasses.replace(_H100, fp8_matmul_ceiling=H200_FP8_CEILING, hbm_efficiency=H200_HBM_EFFICIENCY),
     "H800-SXM": _H100,
     # Jouppi et al., "TPU v4: An Optically Reconfigurable Supercomputer" (ISCA 2023), Table: 2
     # TensorCores of 4 MXUs (128x128 bf16 multiply-accumulate) at 1050 MHz = 275 TFLOPS; no FP8.

@@ -32,6 +32,18 @@ def test_hopper_fp8_is_twice_bf16(name):
     assert CHIPS[name].fp8_peak_flops == pytest.approx(2 * GPUS[name].peak_flops, rel=1e-3)
 
 
+# BabelStream's CUDA Copy as Azure measured it (Azure/AI-benchmarking-guide, Azure_Results/
+# ND_A100_v4_results.md, ND_H100_v5_results.md, ND_H200_v5_results.md, "HBM Bandwidth", TB/s).
+BABELSTREAM_COPY_Bps = {"A100-SXM-80GB": 1.61e12, "H100-SXM": 2.90e12, "H200": 4.01e12}
+
+
+@pytest.mark.parametrize("name", sorted(BABELSTREAM_COPY_Bps))
+def test_a_streaming_kernel_runs_at_the_measured_copy_bandwidth(name):
+    """The kernel model streams HBM at BabelStream's Copy rate on the GPU it was measured on."""
+    gpu, chip = GPUS[name], CHIPS[name]
+    assert gpu.hbm_bandwidth_Bps * chip.hbm_efficiency == pytest.approx(BABELSTREAM_COPY_Bps[name], rel=1e-9)
+
+
 KERNEL = """
 name: c
 cluster: {{gpu: {gpu}, nodes: 1, gpus_per_node: 4, compute_model: kernel,
