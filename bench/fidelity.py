@@ -1,8 +1,10 @@
 """clustersim against published training runs and collective benchmarks: docs/calibration.md.
 
 Every training row is a real run from a paper, a scenario in scenarios/calibration/ that opens
-with its source and the configuration as published. One efficiency per GPU type (the GPU table's,
-sim/scenario/hardware.py), never a per-row setting. The collectives rows (nccl-tests bus
+with its source and the configuration as published. Every scenario runs the per-kernel compute
+model (cluster.compute_model: kernel: one description per GPU type, sim/scenario/chips.py), never
+a per-row setting; `--compute-model roofline` runs them all on the roofline instead (one efficiency
+per GPU type, sim/scenario/hardware.py). The collectives rows (nccl-tests bus
 bandwidths) are bench/nccl_tests.py's, and the per-layer rows (Korthikanti et al. 2022 Table 4)
 bench/layer_times.py's, imported here so the median and worst error cover all of them; the
 collectives section of docs/calibration.md is bench/nccl_tests.py's to write.
@@ -182,8 +184,9 @@ def error(row: Row, value: float) -> float:
     return (value - row.published) / row.published
 
 
-def training_table(rows: list[Row], values: list[float]) -> str:
-    """The training rows as docs/calibration.md prints them, with their median and worst error."""
+def training_table(rows: list[Row], values: list[float], compute_model: str | None = None) -> str:
+    """The training rows as docs/calibration.md prints them, with their median and worst error;
+    `compute_model`: the one that replaced the scenarios' own (None: theirs, the kernel model)."""
     lines = ["| source | configuration | published | simulated | error |", "| --- | --- | ---: | ---: | ---: |"]
     for row, value in zip(rows, values):
         lines.append(
@@ -191,11 +194,15 @@ def training_table(rows: list[Row], values: list[float]) -> str:
             f"{value:.2f} {row.unit} | {error(row, value):+.1%} |"
         )
     errors = [abs(error(row, value)) for row, value in zip(rows, values)]
+    model = (
+        f"the roofline (A100 efficiency {GPUS['A100-SXM-80GB'].efficiency} of peak for every FLOP; no FP8: "
+        "the H100 rows in BF16)"
+        if compute_model == "roofline"
+        else "the per-kernel model (each scenario's cluster.compute_model: kernel)"
+    )
     lines.append(
         f"\nTraining rows: {len(rows)}; median absolute error {statistics.median(errors):.1%}, worst "
-        f"{max(errors):.1%}. Each row's own compute model: the A100 rows the roofline, A100 efficiency "
-        f"{GPUS['A100-SXM-80GB'].efficiency} of peak for every row; the H100 FP8 rows the kernel model, "
-        "which FP8 needs."
+        f"{max(errors):.1%}. Every row runs {model}."
     )
     return "\n".join(lines)
 
@@ -252,7 +259,7 @@ def main() -> int:
             f"peak RSS {result['peak_rss_bytes'] / 2**30:.1f} GiB",
             file=sys.stderr,
         )
-    table = training_table(rows, values)
+    table = training_table(rows, values, args.compute_model)
     layers = layer_times.rows(args.compute_model)  # seconds, all of them: every run is small
     layer_table = layer_times.table(layers)
     lines, errors = collective_lines([row for row in nccl_tests.ROWS if row.small or not args.small])

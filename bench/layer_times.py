@@ -13,8 +13,8 @@ they block the compute stream, as Megatron's do) and its backward (with what it 
 taken from the event log, and a layer's time is their difference over the 24 layers between the two
 runs. The embedding, the LM head and the loss, the same in both, drop out.
 
-    python bench/layer_times.py                      # each scenario's compute model (roofline)
-    python bench/layer_times.py --compute-model kernel
+    python bench/layer_times.py                        # each scenario's compute model (kernel)
+    python bench/layer_times.py --compute-model roofline
 """
 
 from __future__ import annotations
