@@ -116,6 +116,13 @@ GCM_2 = (
     GCM + " (sample_pairwise_success_output): 2 hosts (fairwus3, Azure ND A100 v4: 8 A100-SXM4-80GB, 8 HDR NICs), "
     "NCCL 2.12.12, one process per GPU, out-of-place"
 )
+MSCCLPP_NDV4 = (
+    "microsoft/mscclpp, docs/performance-ndmv4.md (NDmv4: Azure ND A100 v4, 8 A100-SXM4-80GB on NVSwitch, 8 HDR "
+    "NICs), NCCL 2.17.1+cuda11.8 (its own build, LD_PRELOAD), in-place, mpirun -map-by ppr:8:node all_reduce_perf "
+    "-g 1 (one process per GPU) -G 1 (the timed calls launched as a CUDA graph) -w 10 -n 10"
+)
+MSCCLPP_1 = MSCCLPP_NDV4 + ", one node"
+MSCCLPP_2 = MSCCLPP_NDV4 + ", two nodes"
 GJ_AION = ISSUE_309 + ": gj-aion, another cluster of 8 H100 nodes on 400G InfiniBand (2025-06-18), NCCL's defaults"
 GJ_AION_4 = GJ_AION + ", 4 of the 8 nodes, mpirun -np 32 -N 8 all_reduce_perf -b 1M -e 8G -f 2 -g 1, out-of-place"
 GJ_AION_2 = GJ_AION + ", 2 of the 8 nodes, mpirun -np 16 -g 1, out-of-place"
@@ -149,6 +156,13 @@ class Row:
 def _size_text(size: int) -> str:
     unit = next((u for u, b in (("GiB", G), ("MiB", M), ("KiB", K)) if size >= b and size % b == 0), "B")
     return f"{size // {'GiB': G, 'MiB': M, 'KiB': K, 'B': 1}[unit]} {unit}"
+
+
+def per_call(source: str, system: str, size: int, time_us: float, ranks: int, bound: float, why: str) -> Row:
+    """An all_reduce row from a published time per call: the busbw nccl-tests prints for it,
+    bytes x 2(n-1)/n / time."""
+    busbw = size * BUSBW_FACTOR["all_reduce"](ranks) / (time_us * 1e3)
+    return Row(f"{source}: {time_us} us per call", system, "all_reduce", size, busbw, bound, why=why)
 
 
 LAUNCH = (
@@ -201,6 +215,18 @@ GATHER_RAMP = (
     "out-of-place all_gather ramps more slowly than in-place on this host (1 GiB: 212.88 out of place, 220.61 in "
     "place, +3.4% against the latter; 8 GiB 223.39 and 230.07); the layer has one all_gather for both"
 )
+GRAPH_CALL = (
+    "one process per GPU, the timed calls launched as a CUDA graph (-G 1): no host launch in the 16.96 us a call "
+    "takes, which is NCCL's own work (tuning.cc under 2.17.1: ring LL 3.6 + 14 x 0.47 = 10.2 us). The layer takes "
+    "30.4 us: that latency, and each of the 14 steps held to its NVLink path (GPU, NVSwitch, GPU: the topology's 1 us "
+    "per link). The -g 8 hosts take 32-45 us at 1-16 KiB (LAUNCH), which that path time fills; a host launch cost "
+    "the layer does not have (open)"
+)
+TWO_NODE_1K = (
+    "two nodes, 1 KiB, CUDA graph: 35.85 us per call against the layer's 28.1 (tree, LL; NCCL's own model as the layer "
+    "ports it: tree LL 25.3 us, ring LL 40.1 us); which of them 2.17.1 picked is not in the source, and the same run's "
+    "single-node call is 13 us faster than the layer, so the gap is not a host cost (open)"
+)
 # The NCCL release each source ran (the start of its source text), where the source or its set-up names it;
 # the others run the latest the layer ports. Only the single-node ring's constants differ between them.
 VERSIONS = {
@@ -213,6 +239,7 @@ VERSIONS = {
     QOOFYK_4: "2.26.2",
     QOOFYK_2: "2.26.2",
     OCI_A100_G1: "2.26.5",
+    MSCCLPP_NDV4: "2.17.1",
 }
 ROWS = [
     Row(AZURE_A100, "DGX A100", "all_reduce", 8 * G, 231.58, 0.05),
@@ -254,8 +281,13 @@ ROWS = [
     Row(ISSUE_1281 + ": all_gather busbw 350 GB/s", "DGX H100", "all_gather", 8 * G, 350.0, 0.05),
     Row(GCM_1, "DGX A100", "all_reduce", 1 * G, 231.72, 0.05),
     Row(GCM_1, "DGX A100", "all_reduce", 256 * M, 223.05, 0.05),
+    Row(MSCCLPP_1, "DGX A100", "all_reduce", 1 * G, 231.45, 0.05),
+    per_call(MSCCLPP_1, "DGX A100", 1 * K, 16.96, 8, 0.45, why=GRAPH_CALL),
     Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 182.80, 0.05),
     Row(GCM_2, "2 DGX A100, 8 HDR rails", "all_reduce", 256 * M, 169.69, 0.10, why=RING_RAMP),
+    Row(MSCCLPP_2, "2 DGX A100, 8 HDR rails", "all_reduce", 4 * G, 188.18, 0.05),
+    Row(MSCCLPP_2, "2 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 183.82, 0.05),
+    per_call(MSCCLPP_2, "2 DGX A100, 8 HDR rails", 1 * K, 35.85, 16, 0.30, why=TWO_NODE_1K),
     Row(JEAUGEY_160, "4 DGX A100, 8 HDR rails", "all_reduce", 1 * G, 192.0, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 8 * G, 364.93, 0.05),
     Row(QOOFYK_4, "4 DGX H100, 8 NDR rails", "all_reduce", 1 * G, 358.14, 0.05),
