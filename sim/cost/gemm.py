@@ -11,10 +11,10 @@ epilogues, which write the wave's finished tiles to HBM: a unit holding one outp
 store at once, so a wave's epilogue takes min(tiles, units) x tm x tn x output bytes at the
 achievable HBM bandwidth. That per-tile cost is why short-k GEMMs fall short of long ones: on an
 H100 in FP8 a 128 x 256 tile's main loop at k = 2048 takes 13 us and its wave's epilogue 3 us
-(Azure's cuBLASLt sweep, sim.scenario.gemm_sweeps: 2048^3 runs at 73% of 32768^3's rate). Tile quantisation (a partial tile costs a whole one) and
-wave quantisation (tiles = units + 1 take two waves) follow. The library picks the tile that
-finishes first (cuBLAS's heuristics aim at that); a GEMM too thin to be compute-bound is bound by
-moving its operands through HBM instead.
+(Azure's cuBLASLt sweep, sim.scenario.gemm_sweeps: 2048^3 runs at 73% of 32768^3's rate). Tile
+quantisation (a partial tile costs a whole one) and wave quantisation (tiles = units + 1 take two
+waves) follow. The library picks the tile that finishes first (cuBLAS's heuristics aim at that);
+a GEMM too thin to be compute-bound is bound by moving its operands through HBM instead.
 
 The main loop's rate is not a guess: it is the one number that makes this model reproduce the
 chip's measured matmul ceiling (sim.scenario.chips.MatmulCeiling) at the shape that reached it,
@@ -91,17 +91,28 @@ def memory_bound_s(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> float:
 
 
 def gemm_time_s(
-    chip: ChipSpec, gpu: GpuSpec, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = 2, fp8: bool = False
+    chip: ChipSpec,
+    gpu: GpuSpec,
+    m: int,
+    n: int,
+    k: int,
+    batch: int = 1,
+    dtype_bytes: int = 2,
+    fp8: bool = False,
+    accumulate_fp32: bool = False,
 ) -> float:
     """One (batched) GEMM kernel: the best tile's waves of main loop and epilogue, or the HBM
     traffic of A, B and C if that is slower, plus the launch gap. `fp8`: A and B in FP8 (1 byte),
     C in `dtype_bytes` (Transformer Engine's FP8 GEMMs write BF16), the main loop at the rate the
-    FP8 ceiling gives."""
+    FP8 ceiling gives. `accumulate_fp32`: C = C + A B into an FP32 C (a weight gradient summed into
+    its FP32 buffer by the GEMM, Megatron's gradient-accumulation fusion), so the epilogue reads
+    and writes 4 bytes per result."""
     if min(m, n, k, batch) <= 0:
         return 0.0
-    compute_s = _tiled_s(chip, gpu, (m, n, k, batch), mainloop_rate(chip, gpu, fp8), dtype_bytes)
+    result_bytes = 8 if accumulate_fp32 else dtype_bytes
+    compute_s = _tiled_s(chip, gpu, (m, n, k, batch), mainloop_rate(chip, gpu, fp8), result_bytes)
     operand_bytes = 1 if fp8 else dtype_bytes
-    traffic = batch * ((m * k + k * n) * operand_bytes + m * n * dtype_bytes)
+    traffic = batch * ((m * k + k * n) * operand_bytes + m * n * result_bytes)
     return max(compute_s, memory_bound_s(chip, gpu, traffic)) + chip.launch_overhead_s
 
 

@@ -53,6 +53,7 @@ def shapes_of(scenario: Scenario) -> Shapes:
         p.ep,
         t.fp8,
         m.kv_hidden,
+        t.dtype == "bf16",  # Megatron-LM accumulates bf16 runs' weight gradients inside the GEMM
     )
 
 

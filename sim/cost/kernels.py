@@ -84,6 +84,12 @@ class Shapes:
     ep: int = 1
     fp8: bool = False  # the transformer layers' linear GEMMs in FP8 (Transformer Engine)
     kv_hidden: int | None = None  # the keys' and values' width under grouped-query attention (None: hidden)
+    # The weight-gradient GEMMs add into an FP32 gradient buffer: Megatron-LM's gradient-accumulation
+    # fusion, which its bf16 runs use (sim.cost.optimizer_step) and NeMo's configs turn on
+    # (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/5b.yaml and
+    # llama/llama2_7b.yaml: gradient_accumulation_fusion with megatron_amp_O2; Transformer Engine's
+    # fuse_wgrad_accumulation, FP8 GEMMs too). Their epilogues read and write 4 bytes per result.
+    fp32_weight_gradients: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,9 @@ class LayerKernels:
         forward = Kernel(name, klass, "F", gemm.gemm_time_s(c, g, m, n, k, batch, dt), flops)
         dgrad = Kernel(f"{name} dgrad", klass, "B", gemm.gemm_time_s(c, g, m, k, n, batch, dt), flops)
         part, held = ("W", float(k * n * batch)) if weights else ("B", 0.0)
-        wgrad = Kernel(f"{name} wgrad", klass, part, gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops, held)
+        fp32 = weights and self.sh.fp32_weight_gradients
+        wgrad_s = gemm.gemm_time_s(c, g, k, n, m, batch, dt, accumulate_fp32=fp32)
+        wgrad = Kernel(f"{name} wgrad", klass, part, wgrad_s, flops, held)
         return [forward], [dgrad, wgrad]
 
     def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
@@ -130,7 +138,8 @@ class LayerKernels:
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
-            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True)
+            fp32 = part == "W" and self.sh.fp32_weight_gradients
+            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True, accumulate_fp32=fp32)
             return Kernel(label, "gemm", part, time_s, flops, float(k * n * batch) if part == "W" else 0.0)
 
         def cast(label: str, part: str, elements: int) -> Kernel:
