@@ -13,7 +13,7 @@ All of them are bound by HBM, not by the tensor cores: the GEMMs' inner dimensio
 not a copy kernel's (chips.HBM_EFFICIENCY): it is measured for the whole core on the chip
 (chips.AttentionMeasurement), and `unfused_hbm_efficiency` turns that measurement into the share
 this model's byte counts imply, one for the forward kernels and one for the backward, as
-sim.cost.gemm.mainloop_efficiency does for the matmul ceiling.
+sim.cost.gemm.mainloop_rate does for the matmul ceiling.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def unfused_core(layer: LayerKernels) -> Pair:
 
 def unfused_hbm_efficiency(layer: LayerKernels, measured: AttentionMeasurement) -> tuple[float, float]:
     """(forward, backward) share of the datasheet HBM bandwidth the unfused core's kernels reach:
-    the time this model gives the measured shapes on the measured GPU at its whole bandwidth and
-    without launch gaps, over the measured time."""
-    ideal = dataclasses.replace(layer.chip, hbm_efficiency=1.0, launch_overhead_s=0.0, unfused_attention=None)
+    the share at which this model's kernels for the measured shapes, on the measured GPU and
+    without launch gaps, take the measured time. Their time falls as the share rises (each is bound
+    by HBM, or a GEMM whose epilogue streams through it), so halving the interval finds it."""
     gpu = dataclasses.replace(layer.gpu, name=measured.gpu, hbm_bandwidth_Bps=measured.hbm_bandwidth_Bps)
     shapes = dataclasses.replace(
         layer.sh,
@@ -54,8 +54,19 @@ def unfused_hbm_efficiency(layer: LayerKernels, measured: AttentionMeasurement) 
         tp=1,
         dtype_bytes=measured.dtype_bytes,
     )
-    forward, backward = _unfused(type(layer)(ideal, gpu, shapes))
-    return _seconds(forward) / measured.forward_s, _seconds(backward) / measured.backward_s
+
+    def seconds(share: float, backward: bool) -> float:
+        chip = dataclasses.replace(layer.chip, hbm_efficiency=share, launch_overhead_s=0.0, unfused_attention=None)
+        return _seconds(_unfused(type(layer)(chip, gpu, shapes))[backward])
+
+    def solve(backward: bool, target_s: float) -> float:
+        low, high = 1e-3, 1.0
+        for _ in range(60):  # 2^-60 of the interval: exact to float precision
+            mid = (low + high) / 2
+            low, high = (mid, high) if seconds(mid, backward) > target_s else (low, mid)
+        return (low + high) / 2
+
+    return solve(False, measured.forward_s), solve(True, measured.backward_s)
 
 
 def _seconds(kernels: list[Kernel]) -> float:

@@ -4,15 +4,21 @@ exponentials, every kernel plus a launch gap.
 
 A GEMM C (m x n) = A (m x k) B (k x n), batched `batch` times, runs as output tiles of (tm x tn),
 one per compute unit at a time (NVIDIA, "Matrix Multiplication Background User's Guide", sections
-2.3 and 3): tiles = batch x ceil(m / tm) x ceil(n / tn), waves = ceil(tiles / units), and each
-wave takes one tile's work, 2 tm tn k FLOPs, at a unit's share of the peak times the main loop's
-efficiency. Tile quantisation (a partial tile costs a whole one) and wave quantisation (tiles =
-units + 1 take two waves) follow. The library picks the tile that finishes first (cuBLAS's
-heuristics aim at that); a GEMM too thin to be compute-bound is bound by moving its operands
-through HBM instead.
+2.3 and 3): tiles = batch x ceil(m / tm) x ceil(n / tn), waves = ceil(tiles / units). Each wave
+runs its tiles' main loops, 2 tm tn k FLOPs each at a unit's sustained rate, and then their
+epilogues, which write the wave's finished tiles to HBM: a unit holding one output tile at a time
+(the guide's section 3.2) starts its next main loop only after that store, and the wave's units
+store at once, so a wave's epilogue takes min(tiles, units) x tm x tn x output bytes at the
+achievable HBM bandwidth. That per-tile cost is why short-k GEMMs fall short of long ones: on an
+H100 in FP8 a 128 x 256 tile's main loop at k = 2048 takes 13 us and its wave's epilogue 3 us
+(Azure's cuBLASLt sweep, sim.scenario.gemm_sweeps: 2048^3 runs at 73% of 32768^3's rate). Tile
+quantisation (a partial tile costs a whole one) and wave quantisation (tiles = units + 1 take two
+waves) follow. The library picks the tile that finishes first (cuBLAS's heuristics aim at that);
+a GEMM too thin to be compute-bound is bound by moving its operands through HBM instead.
 
-The main loop's efficiency is not a guess: it is the one number that makes this model reproduce
-the chip's measured matmul ceiling (sim.scenario.chips.MatmulCeiling) at the shape that reached it.
+The main loop's rate is not a guess: it is the one number that makes this model reproduce the
+chip's measured matmul ceiling (sim.scenario.chips.MatmulCeiling) at the shape that reached it,
+in BF16 and, from its own ceiling, in FP8.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import functools
 import math
 
-from clustersim.sim.scenario.chips import ChipSpec
+from clustersim.sim.scenario.chips import ChipSpec, MatmulCeiling
 from clustersim.sim.scenario.hardware import GpuSpec
 
 
@@ -34,23 +40,49 @@ def waves(tiles: int, units: int) -> int:
     return math.ceil(tiles / units)
 
 
-def _tile_flops(m: int, n: int, k: int, tile: tuple[int, int], units: int, batch: int) -> float:
-    """FLOPs one unit computes, wave after wave, for the whole GEMM: waves x 2 tm tn k."""
-    return waves(tile_count(m, n, tile, batch), units) * 2.0 * tile[0] * tile[1] * k
+def epilogue_s(chip: ChipSpec, gpu: GpuSpec, tile: tuple[int, int], tiles: int, output_bytes: int) -> float:
+    """One wave's epilogue: its min(tiles, units) output tiles written to HBM at once."""
+    return memory_bound_s(chip, gpu, min(tiles, chip.compute_units) * tile[0] * tile[1] * output_bytes)
+
+
+def _tiled_s(chip: ChipSpec, gpu: GpuSpec, shape: tuple[int, int, int, int], rate: float, output_bytes: int) -> float:
+    """The (m, n, k, batch) GEMM's waves of main loop at `rate` FLOP/s per unit and epilogue, best tile."""
+    m, n, k, batch = shape
+    best = math.inf
+    for tile in chip.tiles:
+        count = tile_count(m, n, tile, batch)
+        wave_s = 2.0 * tile[0] * tile[1] * k / rate + epilogue_s(chip, gpu, tile, count, output_bytes)
+        best = min(best, waves(count, chip.compute_units) * wave_s)
+    return best
+
+
+def _ceiling(chip: ChipSpec, gpu: GpuSpec, fp8: bool) -> MatmulCeiling:
+    """The measured ceiling the main loop's rate comes from; raises for a chip without one."""
+    c = chip.fp8_matmul_ceiling if fp8 else chip.matmul_ceiling
+    if c is None:
+        what = "FP8 matmul measurement: no FP8 GEMMs" if fp8 else "matmul measurement: the kernel model cannot time it"
+        raise ValueError(f"{gpu.name} has no published {what}")
+    return c
 
 
 @functools.cache
-def mainloop_efficiency(chip: ChipSpec, gpu: GpuSpec) -> float:
-    """Fraction of a unit's peak a GEMM's main loop sustains: the measured ceiling's FLOPs over its
-    time, divided by what this model's waves would do at full peak (its best tile). Raises for a
-    chip without a published ceiling."""
-    c = chip.matmul_ceiling
-    if c is None:
-        raise ValueError(f"{gpu.name} has no published matmul measurement: the kernel model cannot time it")
-    unit_peak = gpu.peak_flops / chip.compute_units
-    ceiling_s = 2.0 * c.m * c.n * c.k / c.flops
-    at_peak_s = min(_tile_flops(c.m, c.n, c.k, t, chip.compute_units, 1) for t in chip.tiles) / unit_peak
-    return at_peak_s / ceiling_s
+def mainloop_rate(chip: ChipSpec, gpu: GpuSpec, fp8: bool = False) -> float:
+    """FLOP/s one unit's main loop sustains (BF16, or FP8 inputs): the rate at which this model's
+    time at the measured ceiling's shape equals the measured time. Each tile's time falls as the
+    rate rises, so the model's (their minimum) meets the measurement at the least of the rates
+    that make each tile meet it."""
+    c = _ceiling(chip, gpu, fp8)
+    measured_s = 2.0 * c.m * c.n * c.k / c.flops
+    rates = []
+    for tile in chip.tiles:
+        count = tile_count(c.m, c.n, tile)
+        w = waves(count, chip.compute_units)
+        mainloop_s = measured_s - w * epilogue_s(chip, gpu, tile, count, c.output_bytes)
+        if mainloop_s > 0:
+            rates.append(w * 2.0 * tile[0] * tile[1] * c.k / mainloop_s)
+    if not rates:
+        raise ValueError(f"{gpu.name}: the measured ceiling is faster than its epilogues alone")
+    return min(rates)
 
 
 def memory_bound_s(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> float:
@@ -59,34 +91,29 @@ def memory_bound_s(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> float:
 
 
 def gemm_time_s(
-    chip: ChipSpec, gpu: GpuSpec, m: int, n: int, k: int, batch: int = 1, dtype_bytes: int = 2, fp8: bool = False
+    chip: ChipSpec,
+    gpu: GpuSpec,
+    m: int,
+    n: int,
+    k: int,
+    batch: int = 1,
+    dtype_bytes: int = 2,
+    fp8: bool = False,
+    accumulate_fp32: bool = False,
 ) -> float:
-    """One (batched) GEMM kernel: the best tile's waves at the sustained per-unit rate, or the HBM
+    """One (batched) GEMM kernel: the best tile's waves of main loop and epilogue, or the HBM
     traffic of A, B and C if that is slower, plus the launch gap. `fp8`: A and B in FP8 (1 byte),
-    C in `dtype_bytes` (Transformer Engine's FP8 GEMMs write BF16), computed `fp8_speedup` times
-    faster than the same tiles and waves in BF16."""
+    C in `dtype_bytes` (Transformer Engine's FP8 GEMMs write BF16), the main loop at the rate the
+    FP8 ceiling gives. `accumulate_fp32`: C = C + A B into an FP32 C (a weight gradient summed into
+    its FP32 buffer by the GEMM, Megatron's gradient-accumulation fusion), so the epilogue reads
+    and writes 4 bytes per result."""
     if min(m, n, k, batch) <= 0:
         return 0.0
-    rate = gpu.peak_flops / chip.compute_units * mainloop_efficiency(chip, gpu)  # FLOP/s per unit
-    compute_s = min(_tile_flops(m, n, k, t, chip.compute_units, batch) for t in chip.tiles) / rate
-    operand_bytes = dtype_bytes
-    if fp8:
-        compute_s /= fp8_speedup(chip, gpu)
-        operand_bytes = 1
-    traffic = batch * ((m * k + k * n) * operand_bytes + m * n * dtype_bytes)
+    result_bytes = 8 if accumulate_fp32 else dtype_bytes
+    compute_s = _tiled_s(chip, gpu, (m, n, k, batch), mainloop_rate(chip, gpu, fp8), result_bytes)
+    operand_bytes = 1 if fp8 else dtype_bytes
+    traffic = batch * ((m * k + k * n) * operand_bytes + m * n * result_bytes)
     return max(compute_s, memory_bound_s(chip, gpu, traffic)) + chip.launch_overhead_s
-
-
-def fp8_speedup(chip: ChipSpec, gpu: GpuSpec) -> float:
-    """How much faster an FP8 GEMM runs than the same one in BF16: the ratio of the measured FP8
-    and BF16 matmul ceilings. Not the datasheet's 2x, and not the FP8 ceiling put through the
-    tiles above: the FP8 ceiling's shape (1024 x 9216 x 14336 on H100) would fill its last wave
-    less than half under those tiles, yet it is the best shape measured, so FP8 kernels do not
-    quantise as the BF16 tiles do; a ratio of ceilings keeps the model's best FP8 shape at the
-    measured best. Raises for a chip without a measured FP8 ceiling."""
-    if chip.fp8_matmul_ceiling is None or chip.matmul_ceiling is None:
-        raise ValueError(f"{gpu.name} has no published FP8 matmul measurement: no FP8 GEMMs")
-    return chip.fp8_matmul_ceiling.flops / chip.matmul_ceiling.flops
 
 
 def elementwise_time_s(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> float:
@@ -110,7 +137,7 @@ def flash_attention_time_s(
         raise ValueError(f"{gpu.name}: no special-function rate, no fused-attention model")
     blocks = math.ceil(s / FLASH_BLOCK)
     pairs = blocks * (blocks + 1) // 2 if causal else blocks * blocks  # key blocks per head, summed over query blocks
-    units, rate = chip.compute_units, gpu.peak_flops / chip.compute_units * mainloop_efficiency(chip, gpu)
+    units, rate = chip.compute_units, mainloop_rate(chip, gpu)
     per_pair = matmuls * 2.0 * FLASH_BLOCK * FLASH_BLOCK * d  # FLOPs of one (query block, key block)
     # tiles are (head, query block); their key-block walks differ in length, spread evenly over the units
     matmul_s = math.ceil(heads * pairs / units) * per_pair / rate

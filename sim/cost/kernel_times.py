@@ -53,6 +53,13 @@ def shapes_of(scenario: Scenario) -> Shapes:
         p.ep,
         t.fp8,
         m.kv_hidden,
+        # Weight gradients summed inside their GEMMs into an FP32 buffer, whose epilogue then reads
+        # and writes 4 bytes per result: Megatron-LM's gradient-accumulation fusion, which its bf16
+        # runs use (sim.cost.optimizer_step) and NeMo's configs turn on (NVIDIA/NeMo-Framework-
+        # Launcher launcher_scripts/conf/training/gpt3/5b.yaml, llama/llama2_7b.yaml:
+        # gradient_accumulation_fusion with megatron_amp_O2; Transformer Engine's
+        # fuse_wgrad_accumulation, for FP8 GEMMs too).
+        t.dtype == "bf16",
     )
 
 

@@ -84,6 +84,7 @@ class Shapes:
     ep: int = 1
     fp8: bool = False  # the transformer layers' linear GEMMs in FP8 (Transformer Engine)
     kv_hidden: int | None = None  # the keys' and values' width under grouped-query attention (None: hidden)
+    fp32_weight_gradients: bool = False  # weight-gradient GEMMs add into an FP32 buffer (kernel_times)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ class LayerKernels:
         forward = Kernel(name, klass, "F", gemm.gemm_time_s(c, g, m, n, k, batch, dt), flops)
         dgrad = Kernel(f"{name} dgrad", klass, "B", gemm.gemm_time_s(c, g, m, k, n, batch, dt), flops)
         part, held = ("W", float(k * n * batch)) if weights else ("B", 0.0)
-        wgrad = Kernel(f"{name} wgrad", klass, part, gemm.gemm_time_s(c, g, k, n, m, batch, dt), flops, held)
+        wgrad_s = gemm.gemm_time_s(c, g, k, n, m, batch, dt, accumulate_fp32=weights and self.sh.fp32_weight_gradients)
+        wgrad = Kernel(f"{name} wgrad", klass, part, wgrad_s, flops, held)
         return [forward], [dgrad, wgrad]
 
     def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
@@ -130,7 +132,8 @@ class LayerKernels:
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
-            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True)
+            fp32 = part == "W" and self.sh.fp32_weight_gradients  # weight gradients into their FP32 buffer
+            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True, accumulate_fp32=fp32)
             return Kernel(label, "gemm", part, time_s, flops, float(k * n * batch) if part == "W" else 0.0)
 
         def cast(label: str, part: str, elements: int) -> Kernel:
@@ -189,13 +192,8 @@ class LayerKernels:
                 "flash attention", "attention_core", "F", gemm.flash_attention_time_s(c, g, heads, s, d, 2, 1), flops
             )
             # backward: S = Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q; P again
-            backward = Kernel(
-                "flash attention backward",
-                "attention_core",
-                "B",
-                gemm.flash_attention_time_s(c, g, heads, s, d, 5, 1),
-                2 * flops,
-            )
+            backward_s = gemm.flash_attention_time_s(c, g, heads, s, d, 5, 1)
+            backward = Kernel("flash attention backward", "attention_core", "B", backward_s, 2 * flops)
             return [forward], [backward]
         return unfused_core(self)
 

@@ -1,12 +1,12 @@
 """What the per-kernel compute model (sim.cost.gemm, sim.cost.kernels) knows of each accelerator
 beyond the roofline's GpuSpec (sim.scenario.hardware): its compute units and clock, the GEMM tiles
-its libraries run, the best matmul throughput measured on it, the share of the datasheet HBM
+its libraries run, a matmul ceiling measured on it (sim.scenario.gemm_sweeps), the share of the datasheet HBM
 bandwidth a streaming kernel reaches, and the gap a kernel launch costs. One description per
 type, each number with its source; a scenario never tunes them.
 
 The datasheet peak is compute_units x tensor_flops_per_clock x boost_clock_hz (a test checks it
 against GpuSpec.peak_flops). The kernel model's GEMM rate is anchored to the measured matmul
-ceiling (sim.cost.gemm.mainloop_efficiency), so gpu_overrides.peak_flops and .efficiency, the
+ceiling (sim.cost.gemm.mainloop_rate), so gpu_overrides.peak_flops and .efficiency, the
 roofline's knobs, do not change it.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+from clustersim.sim.scenario import gemm_sweeps
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class MatmulCeiling:
     k: int
     flops: float  # FLOP/s
     source: str
+    output_bytes: int = 2  # bytes per element of the result (BF16/FP16); its epilogue writes them
 
 
 @dataclass(frozen=True)
@@ -70,30 +73,33 @@ class ChipSpec:
 # tiles run in waves of (SM count) (section 3.2, wave quantization).
 CUBLAS_TILES = ((256, 128), (128, 256), (128, 128))
 
-# Stas Bekman, "Machine Learning Engineering", compute/accelerator/README.md, "Maximum Achievable
-# Matmul FLOPS comparison table" (mamf-finder.py, BF16 torch.matmul, a brute-force search of shapes).
-MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table"
-# A100: that table gives 267.9 TFLOPS at 6912x16384x2048 (CUDA 12.1; 271.2 in a later edition with
-# CUDA 12.6), the best of a search, on the cuBLAS of 2023-25. The A100 rows clustersim is checked
-# against ran Megatron-LM in 2021-22, on the cuBLAS of that time; a measurement of that time is
-# Horace He's, "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!"
-# (thonking.ai, 2024, of a 2022 run): torch.matmul (cuBLAS) of 8192x8192x8192 on an A100, 258
-# TFLOPS with randn inputs (257 in a second run; 295 with zeros: the 400 W power limit, not the
-# tensor cores, sets the clock, so random data is what training sees). The A100 uses it. Both are
-# randn inputs held at the power limit (mamf-finder.py warms the GPU for 30 s first), so neither
-# needs a clock correction; the 3.7% between them is the library (and the newer one's choice of
-# the best of many shapes).
-A100_CEILING = MatmulCeiling(
-    8192, 8192, 8192, 258e12, "Horace He, thonking.ai 'Strangely, Matrix Multiplications...' (2022 run): A100, cuBLAS"
-)
-# H100 SXM row; H200 and H800 are the same GH100 SXM5 part (132 SMs, same clocks and power limit).
-H100_CEILING = MatmulCeiling(6144, 17920, 2816, 792.1e12, f"{MAMF}: NVIDIA H100 SXM, CUDA 12.1")
-# The same table's FP8 (float8_e4m3fn inputs) rows, a later edition (torch._scaled_mm): H100 SXM
-# 1402.6 TFLOPS at 1024x9216x14336 (torch 2.7.0+cu126); H200 SXM, measured on its own, 1453.4 at
-# 1280x4096x12032 (torch 2.7.1+cu128). H800 is the H100 SXM5 die with less NVLink: H100's row.
-MAMF_FP8 = f"{MAMF}, FP8 (float8_e4m3fn)"
-H100_FP8_CEILING = MatmulCeiling(1024, 9216, 14336, 1402.6e12, f"{MAMF_FP8}: NVIDIA H100 SXM, torch 2.7.0+cu126")
-H200_FP8_CEILING = MatmulCeiling(1280, 4096, 12032, 1453.4e12, f"{MAMF_FP8}: NVIDIA H200 SXM, torch 2.7.1+cu128")
+
+def sweep_ceiling(sweep: gemm_sweeps.GemmSweep) -> MatmulCeiling:
+    """A published sweep's largest square GEMM as the chip's ceiling."""
+    m, n, k, flops = sweep.largest_square()
+    return MatmulCeiling(m, n, k, flops, f"{sweep.source}: {sweep.gpu} {m}^3", sweep.output_bytes)
+
+
+# The matmul ceilings the kernel model's main-loop rates come from (sim.cost.gemm.mainloop_rate):
+# the largest square GEMM of Azure's cuBLASLt sweeps (sim.scenario.gemm_sweeps), one method on
+# every GPU it covers: random inputs, 1,000 calls back to back after 10,000 warm-up calls, so the
+# GPU runs at its power limit as it does through a training step's GEMMs. A100-SXM4-80GB FP16
+# 256.5 TFLOPS at 16384^3; H100 SXM FP8 1382.2 at 32768^3; H200 FP8 1349.5 at 32768^3 (its
+# 16384^3 reads 1.2% higher: the sweep's noise). The A100 rows ran 2021-22 cuBLAS; Horace He's
+# 8192^3 of that time, 258 TFLOPS with randn inputs (thonking.ai, "Strangely, Matrix
+# Multiplications on GPUs Run Faster When Given 'Predictable' Data!"), is within 2% of the model.
+A100_CEILING = sweep_ceiling(gemm_sweeps.A100_SXM4_80GB)
+H100_FP8_CEILING = sweep_ceiling(gemm_sweeps.H100_SXM_FP8)
+H200_FP8_CEILING = sweep_ceiling(gemm_sweeps.H200_FP8)
+# No sweep measured the H100 in BF16. Stas Bekman's "Maximum Achievable Matmul FLOPS" table
+# (stas00/ml-engineering compute/accelerator/README.md; mamf-finder.py, torch.mm, randn, a search
+# of shapes) gives 794.5 TFLOPS at 2048x2048x13312 (torch 2.7.0+cu126). It reads high against a
+# sustained sweep: mamf-finder times each call alone between a 256 MiB write (its L2 flush) and a
+# copy into C, so the GEMMs hold the GPU a fraction of the time, and it reports the best shape of
+# the search; its FP8 row, 1402.6 at 1024x9216x14336, is 1.5% above Azure's best. The long k
+# keeps the epilogue 2% of that GEMM, so the main loop's rate depends little on the epilogue's
+# model. H200 and H800 are the same GH100 SXM5 part (132 SMs, same clocks and power limit).
+H100_CEILING = MatmulCeiling(2048, 2048, 13312, 794.5e12, "stas00/ml-engineering MAMF table: NVIDIA H100 SXM")
 
 # Achievable HBM bandwidth, streaming: BabelStream's CUDA Copy kernel (one read and one write per
 # element, the pattern of the norms, activations, dropouts and casts) as Azure measured it on each
