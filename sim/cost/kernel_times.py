@@ -170,7 +170,10 @@ class KernelTimes:
         """A rank's compute seconds per kernel class (its compute ops run one after another on its
         compute stream, so their sum is its compute time)."""
         totals = [0.0] * len(KERNEL_CLASSES)
+        classes_s, slots = self.classes_s, range(len(KERNEL_CLASSES))
         for op in program.ops[rank]:
-            if isinstance(op, Compute):
-                totals = [a + b for a, b in zip(totals, self.classes_s(op), strict=True)]
+            if type(op) is Compute:  # in place, op after op: the sums of a list rebuilt per op, faster
+                seconds = classes_s(op)
+                for i in slots:
+                    totals[i] += seconds[i]
         return dict(zip(KERNEL_CLASSES, totals, strict=True))

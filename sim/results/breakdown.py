@@ -79,18 +79,19 @@ SpanKey = tuple[int, str, str]  # (rank, stream, label)
 def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
     """RECV span key -> start of the matching SEND span (when the message left its sender); the
     program pairs them: a Recv of tag g from peer p on rank r meets p's Send of g to r."""
-    send_of = {
-        (rank, op.peer, op.tag): (rank, op.stream, op.label)
-        for rank, ops in program.ops.items()
-        for op in ops
-        if isinstance(op, Send)
-    }
+    send_of: dict[tuple, SpanKey] = {}
+    recvs: list[tuple[int, Recv]] = []
+    for rank, ops in program.ops.items():  # one pass over the ops (millions on a big run)
+        for op in ops:
+            if type(op) is Send:
+                send_of[(rank, op.peer, op.tag)] = (rank, op.stream, op.label)
+            elif type(op) is Recv:
+                recvs.append((rank, op))
     send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == Comm.SEND}
     return {
         (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
-        for rank, ops in program.ops.items()
-        for op in ops
-        if isinstance(op, Recv) and send_of.get((op.peer, rank, op.tag)) in send_start
+        for rank, op in recvs
+        if send_of.get((op.peer, rank, op.tag)) in send_start
     }
 
 
