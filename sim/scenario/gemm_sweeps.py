@@ -62,3 +62,5 @@ def _column(index: int) -> tuple[tuple[int, int, int, float], ...]:
 A100_SXM4_80GB = GemmSweep("NVIDIA A100-SXM4-80GB", 2, 2, _column(0), SOURCE.format("ND_A100_v4_results.md"))
 H100_SXM_FP8 = GemmSweep("NVIDIA H100 80GB HBM3", 1, 2, _column(1), SOURCE.format("ND_H100_v5_results.md"))
 H200_FP8 = GemmSweep("NVIDIA H200 141GB", 1, 2, _column(2), SOURCE.format("ND_H200_v5_results.md"))
+# The sweeps by the GPU name of sim.scenario.hardware they were measured on
+BY_GPU = {"A100-SXM-80GB": A100_SXM4_80GB, "H100-SXM": H100_SXM_FP8, "H200": H200_FP8}

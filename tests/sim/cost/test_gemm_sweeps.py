@@ -17,6 +17,8 @@ row is exact by construction); every other row is a prediction. The bounds, by s
   1.65x faster", which is what the model is worth there.
 """
 
+import sys
+
 import pytest
 
 from clustersim.sim.cost import gemm
@@ -24,11 +26,9 @@ from clustersim.sim.scenario import gemm_sweeps
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.hardware import GPUS
 
-SWEEPS = {
-    "A100-SXM-80GB": gemm_sweeps.A100_SXM4_80GB,
-    "H100-SXM": gemm_sweeps.H100_SXM_FP8,
-    "H200": gemm_sweeps.H200_FP8,
-}
+from repo import ROOT
+
+SWEEPS = gemm_sweeps.BY_GPU
 
 
 def modelled_flops(name: str, m: int, n: int, k: int, fp8: bool) -> float:
@@ -105,3 +105,12 @@ MAMF_ROWS = [
 def test_the_sustained_model_is_below_the_best_of_search_mamf_rows(name, shape, measured, fp8):
     ratio = modelled_flops(name, *shape, fp8=fp8) / measured
     assert 0.72 <= ratio <= 1.0
+
+
+def test_the_calibration_doc_prints_the_model_as_it_is():
+    """docs/calibration.md's GEMM table is what bench/gemm_sweeps.py prints now (--write wrote it)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gemm_sweeps import BEGIN, DOC, END, table
+
+    doc = DOC.read_text()
+    assert doc[doc.index(BEGIN) + len(BEGIN) : doc.index(END)].strip() == table()
