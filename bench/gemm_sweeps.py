@@ -32,10 +32,10 @@ def table() -> str:
         anchor = sweep.largest_square()
         for m, n, k, measured in sweep.rows:
             modelled = 2.0 * m * n * k / gemm.gemm_time_s(CHIPS[name], GPUS[name], m, n, k, fp8=fp8)
-            err = modelled / measured - 1
-            if min(m, n, k) >= 4096 and (m, n, k, measured) != anchor:
+            err, ceiling = modelled / measured - 1, (m, n, k, measured) == anchor
+            if min(m, n, k) >= 4096 and not ceiling:
                 large.append(abs(err))
-            note = " (ceiling)" if (m, n, k, measured) == anchor else ""
+            note = " (ceiling)" if ceiling else ""
             lines.append(
                 f"| {name}, {'FP8' if fp8 else 'FP16'} | {m} x {n} x {k}{note} | {measured / 1e12:.1f} TFLOP/s | "
                 f"{modelled / 1e12:.1f} TFLOP/s | {err:+.1%} |"

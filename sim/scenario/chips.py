@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from clustersim.sim.scenario import gemm_sweeps
+from clustersim.sim.scenario.hardware import GPUS
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,12 @@ H100_CEILING = MatmulCeiling(2048, 2048, 13312, 794.5e12, "stas00/ml-engineering
 # element, the pattern of the norms, activations, dropouts and casts) as Azure measured it on each
 # GPU for its AI-benchmarking-guide (Azure/AI-benchmarking-guide, Azure_Results/ND_*_results.md,
 # "HBM Bandwidth", 2024-09; Benchmarks/HBMBandwidth.py builds BabelStream's CUDA model), over the
-# datasheet bandwidth of sim.scenario.hardware: A100-SXM4-80GB 1.61 of 2.039 TB/s (ND A100 v4),
-# H100 80GB HBM3 2.90 of 3.35 (ND H100 v5), H200 141GB 4.01 of 4.8 (ND H200 v5). One method on
-# every GPU; the A100 40 GB (HBM2, 1.555 TB/s) is taken at the 80 GB's fraction, not measured.
-A100_HBM_EFFICIENCY = 1.61e12 / 2.039e12
-H100_HBM_EFFICIENCY = 2.90e12 / 3.35e12
-H200_HBM_EFFICIENCY = 4.01e12 / 4.8e12
+# datasheet bandwidth of sim.scenario.hardware: A100-SXM4-80GB 1.61 TB/s (ND A100 v4), H100 80GB
+# HBM3 2.90 (ND H100 v5), H200 141GB 4.01 (ND H200 v5). One method on every GPU; the A100 40 GB
+# (HBM2) is taken at the 80 GB's fraction, not measured.
+A100_HBM_EFFICIENCY = 1.61e12 / GPUS["A100-SXM-80GB"].hbm_bandwidth_Bps
+H100_HBM_EFFICIENCY = 2.90e12 / GPUS["H100-SXM"].hbm_bandwidth_Bps
+H200_HBM_EFFICIENCY = 4.01e12 / GPUS["H200"].hbm_bandwidth_Bps
 # Chips without such a measurement: OpenCL-Benchmark (ProjectPhysX) on a GH200 (HBM3, 4.0 TB/s
 # datasheet) measured 3,614.6 GB/s coalesced read and 3,704.8 GB/s coalesced write
 # (mredenti/PowerCapping, configuration/OpenCL_benchmark.md): 0.90 of the datasheet.
