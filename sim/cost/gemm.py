@@ -1,6 +1,6 @@
 """How long one kernel takes on one accelerator, from its shape: GEMMs by tiles and waves over the
-compute units, element-wise kernels by HBM traffic, flash attention by its matmuls and its
-exponentials, every kernel plus a launch gap.
+compute units, element-wise kernels by HBM traffic, every kernel plus a launch gap (fused attention:
+sim.cost.flash_attention).
 
 A GEMM C (m x n) = A (m x k) B (k x n), batched `batch` times, runs as output tiles of (tm x tn),
 one per compute unit at a time (NVIDIA, "Matrix Multiplication Background User's Guide", sections
@@ -119,27 +119,3 @@ def gemm_time_s(
 def elementwise_time_s(chip: ChipSpec, gpu: GpuSpec, nbytes: float) -> float:
     """A memory-bound kernel (norms, activations, dropout, softmax, optimizer): its HBM traffic."""
     return memory_bound_s(chip, gpu, nbytes) + chip.launch_overhead_s if nbytes > 0 else 0.0
-
-
-FLASH_BLOCK = 128  # query and key rows per block (FlashAttention-2, Dao 2023, arXiv:2307.08691, A100 forward)
-
-
-def flash_attention_time_s(
-    chip: ChipSpec, gpu: GpuSpec, heads: int, s: int, d: int, matmuls: int, exp_passes: int, causal: bool = True
-) -> float:
-    """One fused attention kernel over `heads` (batch x heads) sequences of s tokens, head dim d:
-    each (head, query block) is a tile that walks the key blocks (all, or those at or below the
-    diagonal when causal), doing `matmuls` (s_q x s_k x d) products per block pair (2 forward:
-    Q K^T and P V; 5 backward) and `exp_passes` exponentials per score. FlashAttention-2 runs its
-    softmax between the matmuls, not beside them (Dao 2023 section 3), so the special-function
-    time adds: exponentials at chip.exp_per_clock per unit per clock."""
-    if chip.exp_per_clock is None:
-        raise ValueError(f"{gpu.name}: no special-function rate, no fused-attention model")
-    blocks = math.ceil(s / FLASH_BLOCK)
-    pairs = blocks * (blocks + 1) // 2 if causal else blocks * blocks  # key blocks per head, summed over query blocks
-    units, rate = chip.compute_units, mainloop_rate(chip, gpu)
-    per_pair = matmuls * 2.0 * FLASH_BLOCK * FLASH_BLOCK * d  # FLOPs of one (query block, key block)
-    # tiles are (head, query block); their key-block walks differ in length, spread evenly over the units
-    matmul_s = math.ceil(heads * pairs / units) * per_pair / rate
-    exp_s = exp_passes * heads * pairs * FLASH_BLOCK * FLASH_BLOCK / (units * chip.exp_per_clock * chip.boost_clock_hz)
-    return matmul_s + exp_s + chip.launch_overhead_s

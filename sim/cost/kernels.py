@@ -29,7 +29,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from clustersim.sim.cost import gemm
+from clustersim.sim.cost import flash_attention, gemm
 from clustersim.sim.cost.attention_core import unfused_core
 from clustersim.sim.cost.compute import moe_routed_rows
 from clustersim.sim.scenario.chips import ChipSpec
@@ -188,11 +188,10 @@ class LayerKernels:
         if sh.flash_attention:
             flops = 4.0 * heads * s * s * d  # Megatron's count: Q K^T and P V, no causal skip
             c, g = self.chip, self.gpu
-            forward = Kernel(
-                "flash attention", "attention_core", "F", gemm.flash_attention_time_s(c, g, heads, s, d, 2, 1), flops
-            )
-            # backward: S = Q K^T again, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q; P again
-            backward_s = gemm.flash_attention_time_s(c, g, heads, s, d, 5, 1)
+            dt = sh.dtype_bytes
+            forward_s = flash_attention.time_s(c, g, heads, s, d, backward=False, dtype_bytes=dt)
+            forward = Kernel("flash attention", "attention_core", "F", forward_s, flops)
+            backward_s = flash_attention.time_s(c, g, heads, s, d, backward=True, dtype_bytes=dt)
             backward = Kernel("flash attention backward", "attention_core", "B", backward_s, 2 * flops)
             return [forward], [backward]
         return unfused_core(self)

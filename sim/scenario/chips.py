@@ -51,6 +51,23 @@ class AttentionMeasurement:
 
 
 @dataclass(frozen=True)
+class FusedAttentionRun:
+    """A measured fused (flash) attention kernel, forward or backward: batch x heads sequences of
+    seq_len tokens, head_dim each, causal or not, at `flops` FLOP/s in the FlashAttention
+    benchmarks' count (sim.cost.flash_attention.measured_s)."""
+
+    backward: bool
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+    causal: bool
+    flops: float
+    source: str
+    dtype_bytes: int = 2
+
+
+@dataclass(frozen=True)
 class ChipSpec:
     compute_units: int  # streaming multiprocessors (GPU) or matrix units (TPU MXUs)
     boost_clock_hz: float  # the clock the datasheet's tensor peak assumes
@@ -66,6 +83,8 @@ class ChipSpec:
     fp8_matmul_ceiling: MatmulCeiling | None = None  # FP8 inputs (float8_e4m3fn); None: no FP8 GEMMs
     # the unfused attention core measured (sim.cost.attention_core); None: it streams at hbm_efficiency
     unfused_attention: AttentionMeasurement | None = None
+    # fused attention measured, a pass each (sim.cost.flash_attention); none: the GEMM main loop's rate
+    fused_attention: tuple[FusedAttentionRun, ...] = ()
 
 
 # NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical
@@ -147,6 +166,24 @@ A100_UNFUSED_ATTENTION = AttentionMeasurement(
     "Dao et al. 2022 (arXiv:2205.14135) Tables 15 and 16, Megatron row, sequence length 2048",
 )
 
+# cuDNN's fused attention on an H100 80GB SXM5 (700 W), what Transformer Engine runs there (its
+# attention.py of v1.9, the NeMo 24.07 container's: "Disabling FlashAttention to give FusedAttention
+# preference on Hopper+"), as Shah et al. 2024 ("FlashAttention-3", arXiv:2407.08608) measured it
+# beside FlashAttention-2 and -3, 16k tokens a batch (batch x seq_len) and 16 heads of 128, FP16:
+# - forward, causal, seq 4096: 518 TFLOP/s (the paper's forward figure, panel (d) "with causal
+#   mask, head dim 128"; the bar label in Dao-AILab/flash-attention assets/flash3_fp16_fwd.png);
+# - backward, seq 4096: 499 TFLOP/s (the paper's "Attention backward speed, head dim 128 (H100
+#   80GB SXM5)" figure, which is not in the repository: its bar labels as two machine
+#   transcriptions of it agree, subtext.edge.nugit.net image f60142e2...). That figure has no
+#   causal mask: its FlashAttention-2 bars, 291 at 2k and 310 at 4k, are FlashAttention-2's
+#   non-causal backward got from its H100 forward + backward figure (flash2_h100_fwd_bwd_benchmark.png,
+#   320 and 326) less the forward figure's 362 and 368: 306 and 312; its causal ones would be 254 and 285.
+# The same figures test the other lengths (tests/sim/cost/test_flash_attention.py).
+H100_FUSED_ATTENTION = (
+    FusedAttentionRun(False, 4, 16, 4096, 128, True, 518e12, "Shah et al. 2024 forward figure (d), cuDNN, 4k"),
+    FusedAttentionRun(True, 4, 16, 4096, 128, False, 499e12, "Shah et al. 2024 backward figure, hdim 128, cuDNN, 4k"),
+)
+
 # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, boost 1410 MHz, 1024 dense
 # FP16/BF16 FMA per clock per SM (2048 FLOP); no FP8.
 _A100 = ChipSpec(
@@ -174,6 +211,7 @@ _H100 = ChipSpec(
     H100_HBM_EFFICIENCY,
     LAUNCH_OVERHEAD_S,
     H100_FP8_CEILING,
+    fused_attention=H100_FUSED_ATTENTION,
 )
 
 CHIPS: dict[str, ChipSpec] = {

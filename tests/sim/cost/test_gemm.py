@@ -93,18 +93,6 @@ def test_an_elementwise_kernel_streams_at_the_achievable_bandwidth():
     assert gemm.elementwise_time_s(A100, A100_GPU, 0.0) == 0.0
 
 
-def test_causal_flash_attention_walks_half_the_blocks_and_adds_its_exponentials():
-    """16 heads of s = 128 x 8 tokens: 8 x 9 / 2 = 36 block pairs per head (not 64), their
-    exponentials at 16 per clock per SM beside the two matmuls per pair."""
-    chip = dataclasses.replace(A100, launch_overhead_s=0.0)
-    heads, s, d = 16, 1024, 128
-    pairs = heads * 36
-    rate = gemm.mainloop_rate(A100, A100_GPU)
-    matmul_s = -(-pairs // 108) * 2 * 2.0 * 128 * 128 * d / rate
-    exp_s = pairs * 128 * 128 / (108 * 16 * 1.41e9)
-    assert gemm.flash_attention_time_s(chip, A100_GPU, heads, s, d, 2, 1) == pytest.approx(matmul_s + exp_s, rel=1e-12)
-
-
 def test_a_chip_without_a_measured_ceiling_has_no_kernel_model():
     with pytest.raises(ValueError, match="no published matmul measurement"):
         gemm.gemm_time_s(CHIPS["TPU-v4"], GPUS["TPU-v4"], 1024, 1024, 1024)
