@@ -100,17 +100,20 @@ def gemm_time_s(
     dtype_bytes: int = 2,
     fp8: bool = False,
     accumulate_fp32: bool = False,
+    split_accumulator: bool = False,
 ) -> float:
     """One (batched) GEMM kernel: the best tile's waves of main loop and epilogue, or the HBM
     traffic of A, B and C if that is slower, plus the launch gap. `fp8`: A and B in FP8 (1 byte),
     C in `dtype_bytes` (Transformer Engine's FP8 GEMMs write BF16), the main loop at the rate the
     FP8 ceiling gives. `accumulate_fp32`: C = C + A B into an FP32 C (a weight gradient summed into
     its FP32 buffer by the GEMM, Megatron's gradient-accumulation fusion), so the epilogue reads
-    and writes 4 bytes per result."""
+    and writes 4 bytes per result. `split_accumulator` (FP8): the main loop promotes its partial sums
+    to FP32 as it goes, chip.fp8_split_accumulation times slower."""
     if min(m, n, k, batch) <= 0:
         return 0.0
     result_bytes = 8 if accumulate_fp32 else dtype_bytes
-    compute_s = _tiled_s(chip, gpu, (m, n, k, batch), mainloop_rate(chip, gpu, fp8), result_bytes)
+    rate = mainloop_rate(chip, gpu, fp8) / (chip.fp8_split_accumulation if fp8 and split_accumulator else 1.0)
+    compute_s = _tiled_s(chip, gpu, (m, n, k, batch), rate, result_bytes)
     operand_bytes = 1 if fp8 else dtype_bytes
     traffic = batch * ((m * k + k * n) * operand_bytes + m * n * result_bytes)
     return max(compute_s, memory_bound_s(chip, gpu, traffic)) + chip.launch_overhead_s

@@ -126,14 +126,16 @@ class LayerKernels:
     def _linear(self, name: str, m: int, n: int, k: int, batch: int = 1) -> Pair:
         """A linear layer's GEMM (Transformer Engine's modules in Megatron): `_gemm`, or with FP8 its
         GEMMs at the FP8 rate, after casting X (m x k) and dY (m x n) to row- and column-wise FP8
-        copies (read dt, write 2 bytes per element; an upper bound, TE fuses some of them)."""
+        copies (read dt, write 2 bytes per element; an upper bound, TE fuses some of them); the
+        input- and weight-gradient GEMMs with TE's split accumulator (sim.scenario.chips)."""
         if not self.sh.fp8:
             return self.gemm_pair(name, m, n, k, batch)
         c, g, dt, flops = self.chip, self.gpu, self.sh.dtype_bytes, 2.0 * m * n * k * batch
 
         def fp8(label: str, part: str, rows: int, cols: int, inner: int) -> Kernel:
             fp32 = part == "W" and self.sh.fp32_weight_gradients  # weight gradients into their FP32 buffer
-            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, fp8=True, accumulate_fp32=fp32)
+            split = part != "F"  # dgrad and wgrad: TE's _2X_ACC_DGRAD and _2X_ACC_WGRAD
+            time_s = gemm.gemm_time_s(c, g, rows, cols, inner, batch, dt, True, fp32, split)
             return Kernel(label, "gemm", part, time_s, flops, float(k * n * batch) if part == "W" else 0.0)
 
         def cast(label: str, part: str, elements: int) -> Kernel:

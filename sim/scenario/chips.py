@@ -85,6 +85,9 @@ class ChipSpec:
     unfused_attention: AttentionMeasurement | None = None
     # fused attention measured, a pass each (sim.cost.flash_attention); none: the GEMM main loop's rate
     fused_attention: tuple[FusedAttentionRun, ...] = ()
+    # an FP8 GEMM main loop's time when it promotes its partial sums to FP32 as it goes (cuBLASLt's
+    # FAST_ACCUM off, the "split accumulator") over the fast accumulation its FP8 ceiling ran with
+    fp8_split_accumulation: float = 1.0
 
 
 # NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical
@@ -184,6 +187,17 @@ H100_FUSED_ATTENTION = (
     FusedAttentionRun(True, 4, 16, 4096, 128, False, 499e12, "Shah et al. 2024 backward figure, hdim 128, cuDNN, 4k"),
 )
 
+# FP8 GEMMs that promote their partial sums to FP32 every few k steps (cuBLASLt
+# CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0; Transformer Engine runs its input- and weight-gradient
+# GEMMs so, module/base.py of v1.9: _2X_ACC_DGRAD = _2X_ACC_WGRAD = True, _2X_ACC_FPROP = False)
+# against the fast accumulation Azure's FP8 sweep ran with (superbenchmark's cublaslt_utils.cc
+# sets fastAccuMode = 1). The only figure found in text: "enabling fast accumulation can lead to a
+# 1.1x to 1.2x speedup" (pytorch/ao#2377, 2025-06-14, an H100 float8 training benchmark whose
+# shapes are in an image); taken at 1.15, the middle of that range, on the main loop. The weakest
+# number of this description: no per-shape measurement of it was found (pytorch/ao#1325 and
+# triton-lang/triton#2513 plot theirs; pytorch/FBGEMM#3904 calls CUTLASS's "very bad").
+H100_FP8_SPLIT_ACCUMULATION = 1.15
+
 # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, boost 1410 MHz, 1024 dense
 # FP16/BF16 FMA per clock per SM (2048 FLOP); no FP8.
 _A100 = ChipSpec(
@@ -212,6 +226,7 @@ _H100 = ChipSpec(
     LAUNCH_OVERHEAD_S,
     H100_FP8_CEILING,
     fused_attention=H100_FUSED_ATTENTION,
+    fp8_split_accumulation=H100_FP8_SPLIT_ACCUMULATION,
 )
 
 CHIPS: dict[str, ChipSpec] = {

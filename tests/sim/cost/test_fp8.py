@@ -29,6 +29,20 @@ def test_fp8_speeds_up_the_main_loop_and_not_the_epilogue():
     assert gemm.mainloop_rate(H100, H100_GPU, True) > gemm.mainloop_rate(H100, H100_GPU, False)
 
 
+def test_a_split_accumulator_slows_the_main_loop_and_not_the_epilogue():
+    """The same wave with FP32 promotion of the partial sums (cuBLASLt FAST_ACCUM 0): its main loop
+    1.15 times longer (pytorch/ao#2377: fast accumulation 1.1-1.2x faster), its epilogue the same;
+    BF16 GEMMs have no such mode."""
+    chip = dataclasses.replace(H100, tiles=((256, 128),), launch_overhead_s=0.0)
+    m, n, k = 256 * 12, 128 * 11, 8192
+    epilogue_s = 132 * 256 * 128 * 2 / 2.90e12
+    mainloop_s = 2.0 * 256 * 128 * k / gemm.mainloop_rate(chip, H100_GPU, True)
+    split = gemm.gemm_time_s(chip, H100_GPU, m, n, k, fp8=True, split_accumulator=True)
+    assert split == pytest.approx(1.15 * mainloop_s + epilogue_s, rel=1e-12)
+    bf16 = gemm.gemm_time_s(chip, H100_GPU, m, n, k)
+    assert gemm.gemm_time_s(chip, H100_GPU, m, n, k, split_accumulator=True) == bf16
+
+
 SHAPES = Shapes(
     micro_batch=1, seq_len=2048, hidden=6144, heads=64, ffn=4 * 6144, vocab=51200, tp=8,
     sequence_parallel=True, gated_mlp=False, flash_attention=True, dtype_bytes=2,
@@ -50,6 +64,15 @@ def test_an_fp8_linear_layer_casts_its_input_and_its_gradient_and_keeps_its_flop
         return sum(k.time_s for k in kernels if k.klass == "gemm")
 
     assert gemm_s(fp8.forward) < gemm_s(bf16.forward)
+    # Transformer Engine's accumulation per GEMM (module/base.py of v1.9): fast in the forward,
+    # split in the input and weight gradients
+    fc2 = {k.name: k.time_s for k in fp8.forward + fp8.backward}
+    shapes = {"FC2": (tokens, 6144, width), "FC2 dgrad": (tokens, width, 6144), "FC2 wgrad": (width, 6144, tokens)}
+    for name, (m, n, k) in shapes.items():
+        split = name != "FC2"
+        fp32 = name == "FC2 wgrad" and SHAPES.fp32_weight_gradients
+        expected = gemm.gemm_time_s(H100, H100_GPU, m, n, k, fp8=True, accumulate_fp32=fp32, split_accumulator=split)
+        assert fc2[name] == pytest.approx(expected, rel=1e-12)
 
 
 SCENARIO = """

@@ -31,7 +31,7 @@ def test_only_the_weight_gradients_accumulate_in_fp32(fp8):
         if before.part != "W":
             assert after.time_s == before.time_s
     fc1 = next(k for k in fused.backward if k.name == "FC1 wgrad")  # (h x f) = X^T (h x T) dY (T x f)
-    expected = gemm.gemm_time_s(H100, H100_GPU, 4096, 16384, 8192, fp8=fp8, accumulate_fp32=True)
+    expected = gemm.gemm_time_s(H100, H100_GPU, 4096, 16384, 8192, fp8=fp8, accumulate_fp32=True, split_accumulator=fp8)
     assert fc1.time_s == pytest.approx(expected, rel=1e-12)
     assert fc1.time_s > next(k for k in plain.backward if k.name == "FC1 wgrad").time_s
 
