@@ -66,6 +66,9 @@ class ChipSpec:
     fp8_matmul_ceiling: MatmulCeiling | None = None  # FP8 inputs (float8_e4m3fn); None: no FP8 GEMMs
     # the unfused attention core measured (sim.cost.attention_core); None: it streams at hbm_efficiency
     unfused_attention: AttentionMeasurement | None = None
+    # the units a GEMM kernel may use while a collective's kernels hold the rest (Transformer
+    # Engine's _math_sms, schedules.tp_overlap); None: all of them
+    gemm_units: int | None = None
 
 
 # NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical
