@@ -222,7 +222,8 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                 continue
             pieces = plan_of(op.phase, op.stage, (op.microbatch, op.stage) in split)
             share = op.flops / sum(p[3] for p in pieces) if not at_collectives[op.stage] else 1.0
-            beside: tuple[str, ...] = ()  # an overlapped collective the piece after next waits for
+            beside: tuple[str, ...] = ()  # an overlapped collective the next piece runs beside
+            after: tuple[str, ...] = ()  # the one the previous piece ran beside, which this one waits for
             for part, (items, kind, on, flops) in enumerate(pieces):
                 piece = Compute(
                     op.phase,
@@ -231,11 +232,11 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                     flops * share,
                     op.nbytes if part == 0 else 0.0,
                     op.stream,
-                    deps,
+                    deps + after,
                     part,
                 )
                 out.append(piece)
-                deps, beside = deps + beside, ()
+                after, beside = beside, ()
                 if kind is not None and on is not None:
                     group, stream, tag = groups[on]
                     size = costs.collective_bytes(on, items)
@@ -243,8 +244,8 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                     out.append(collective)
                     if on in BESIDE:  # the next piece runs beside it
                         beside = (collective.label,)
-                    else:
-                        deps = (collective.label,)
+                    else:  # (a pipelined reduce-scatter's tail follows its head on the stream)
+                        deps, after = (collective.label,), ()
             renamed[op.label] = piece.label
             sync_after(op, piece.label)
         ops[rank] = out
