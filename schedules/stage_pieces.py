@@ -51,7 +51,8 @@ def tp_stage_plan(
     with the first, the head with the last); a backward runs its units last to first, each one's
     recomputed forward (full recompute) just before its backward, as per-layer checkpointing does.
     A unit starts a new piece, marked by the item UNIT_ITEM, cut without a collective where none
-    falls (tp = 1); None: one unit, the stage.
+    falls (tp = 1); None: one unit, the stage. With `overlap` no collective falls between two units
+    (the last sublayer's post segment precedes the next one's pre): the unit starts inside a piece.
 
     `overlap` (sequence parallelism, tp > 1): each attention and dense MLP cut at its overlapped
     GEMMs, its all-gather and reduce-scatter beside them (schedules.tp_overlap).
@@ -74,7 +75,7 @@ def tp_stage_plan(
     pieces: list[Piece] = []
     items: list[str] = []
     for j, body in enumerate(bodies):
-        if j and items:  # a unit boundary where no collective cuts the op already
+        if j and items and tp == 1:  # a unit boundary where no collective cuts the op already
             pieces.append((tuple(items), None, None))
             items = []
         items += [UNIT_ITEM] if j else []
@@ -90,7 +91,7 @@ def tp_stage_plan(
 def unit_starts(pieces: list[Piece]) -> tuple[int, ...]:
     """The index of the piece each unit of `tp_stage_plan(..., unit_layers=...)` starts in, in
     the op's order (a backward runs its units last to first)."""
-    return (0,) + tuple(i for i, (items, _, _) in enumerate(pieces) if items[:1] == (UNIT_ITEM,))
+    return (0,) + tuple(i for i, (items, _, _) in enumerate(pieces) if UNIT_ITEM in items)
 
 
 def _around(body: list, sp: bool, tp: int, overlap: bool) -> list:

@@ -4,7 +4,7 @@ initialize_ub pairs the collectives with GEMMs (ring exchange, pipeline, bulk)."
 from fractions import Fraction
 
 from clustersim.schedules.ir import Phase
-from clustersim.schedules.stage_pieces import tp_stage_plan
+from clustersim.schedules.stage_pieces import UNIT_ITEM, tp_stage_plan, unit_starts
 from clustersim.schedules.tp_overlap import (
     OVERLAPPED,
     PIPELINE_SPLITS,
@@ -69,3 +69,11 @@ def test_a_pipelined_reduce_scatter_and_its_tail_move_the_whole_activation_once(
 def test_segments_read_back():
     assert parse_segment(segment("B.attn", "entry", Fraction(3, 4))) == ("B.attn", "entry", Fraction(3, 4))
     assert parse_segment("F.mlp") == ("F.mlp", None, Fraction(1))
+
+
+def test_a_zero3_unit_starts_inside_the_piece_that_ends_the_unit_before():
+    """No collective falls between two overlapped layers: the second unit (layer) starts in the
+    piece of the first one's last residual, which ends with the second one's all-gather."""
+    pieces = tp_stage_plan(Phase.F, 2, False, False, True, tp=2, unit_layers=1, overlap=True)
+    assert unit_starts(pieces) == (0, 8)
+    assert pieces[8] == (("F.mlp|post", UNIT_ITEM, "F.attn|pre"), "all_gather", OVERLAPPED)

@@ -28,7 +28,7 @@ cluster: {{gpu: H100-SXM, nodes: 1, gpus_per_node: {gpus}, compute_model: {model
            topology: {{kind: switch, link_bandwidth: {bandwidth}, link_latency: 1us}}}}
 model: {{layers: {layers}, hidden: 8192, heads: 64, ffn: 32768, seq_len: 2048, vocab: 32768}}
 training: {{global_batch: {batch}, micro_batch: 1, dtype: bf16, flash_attention: true, recompute: {recompute}}}
-parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, sequence_parallel: {sp}, megatron: {{{megatron}}}}}
+parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, zero: {zero}, sequence_parallel: {sp}, megatron: {{{megatron}}}}}
 schedule: {schedule}
 numerics: {{enabled: {numerics}, hidden: 16, heads: 4, seq_len: 8, vocab: 32, micro_batch: 2}}
 """
@@ -36,7 +36,7 @@ numerics: {{enabled: {numerics}, hidden: 16, heads: 4, seq_len: 8, vocab: 32, mi
 
 def scenario(layers=2, bandwidth="450GB/s", overlap=True, tp=TP, sp=True, model="kernel", pp=1, dp=1, sms="", **more):
     megatron = f"tp_comm_overlap: {str(overlap).lower()}" + (f", tp_comm_overlap_sms: {{{sms}}}" if sms else "")
-    settings = {"recompute": "none", "schedule": "1f1b", "numerics": "false", "batch": dp} | more
+    settings = {"recompute": "none", "schedule": "1f1b", "numerics": "false", "batch": dp, "zero": 0} | more
     text = SCENARIO.format(
         gpus=tp * pp * dp, model=model, bandwidth=bandwidth, layers=layers, tp=tp, pp=pp, dp=dp,
         sp=str(sp).lower(), megatron=megatron, **settings,
@@ -146,11 +146,19 @@ def test_a_pipelined_gemm_runs_on_the_sms_its_reduce_scatter_leaves():
 
 
 @pytest.mark.parametrize(
-    "schedule, recompute, pp, dp",
-    [("1f1b", "none", 2, 2), ("zb-h1", "none", 2, 1), ("1f1b", "full", 1, 2), ("1f1b", "selective", 2, 1)],
+    "schedule, recompute, pp, dp, zero",
+    [
+        ("1f1b", "none", 2, 2, 1),
+        ("zb-h1", "none", 2, 1, 0),
+        ("1f1b", "full", 1, 2, 0),
+        ("1f1b", "selective", 2, 1, 0),
+        ("1f1b", "full", 1, 2, 3),  # ZeRO 3: a unit starts inside a piece
+    ],
 )
-def test_the_shadow_model_still_matches_one_device(schedule, recompute, pp, dp):
-    s = scenario(2, tp=2, pp=pp, dp=dp, schedule=schedule, recompute=recompute, numerics="true", batch=4 * dp)
+def test_the_shadow_model_still_matches_one_device(schedule, recompute, pp, dp, zero):
+    s = scenario(
+        2, tp=2, pp=pp, dp=dp, schedule=schedule, recompute=recompute, numerics="true", batch=4 * dp, zero=zero
+    )
     assert simulate(s).summary["numerics_max_rel_err"] < 1e-10
 
 
