@@ -7,6 +7,7 @@ of one forward or backward as work items, each piece with the collective that en
 from __future__ import annotations
 
 from clustersim.schedules.ir import Phase
+from clustersim.schedules.tp_overlap import overlapped_sublayer
 from clustersim.schedules.zero3 import unit_ranges
 
 Piece = tuple[tuple[str, ...], str | None, str | None]  # (work items, the collective ending it, its group)
@@ -24,6 +25,7 @@ def tp_stage_plan(
     tp: int,
     ep: int = 1,
     unit_layers: int | None = None,
+    overlap: bool = False,
 ) -> list[Piece]:
     """The pieces of one stage op, in order, cut at its tensor-parallel collectives (tp > 1) and
     its MoE layers' expert-parallel all-to-alls (ep > 1). `layers`: how many (dense) layers, or
@@ -49,7 +51,11 @@ def tp_stage_plan(
     with the first, the head with the last); a backward runs its units last to first, each one's
     recomputed forward (full recompute) just before its backward, as per-layer checkpointing does.
     A unit starts a new piece, marked by the item UNIT_ITEM, cut without a collective where none
-    falls (tp = 1); None: one unit, the stage.
+    falls (tp = 1); None: one unit, the stage. With `overlap` no collective falls between two units
+    (the last sublayer's post segment precedes the next one's pre): the unit starts inside a piece.
+
+    `overlap` (sequence parallelism, tp > 1): each attention and dense MLP cut at its overlapped
+    GEMMs, its all-gather and reduce-scatter beside them (schedules.tp_overlap).
     """
     moe = [False] * layers if isinstance(layers, int) else list(layers)
     units = [[moe[i] for i in layers] for layers in unit_ranges(range(len(moe)), unit_layers)]
@@ -58,7 +64,7 @@ def tp_stage_plan(
     def unit_tokens(k: int, forward: bool) -> list:
         """Unit k's tokens: the embedding goes with the first unit, the head with the last."""
         make = _forward_tokens if forward else _backward_tokens
-        return make(units[k], first and k == 0, last and k == n - 1, sequence_parallel, tp, ep)
+        return make(units[k], first and k == 0, last and k == n - 1, sequence_parallel, tp, ep, overlap)
 
     if phase == Phase.F:
         bodies = [unit_tokens(k, True) for k in range(n)]
@@ -69,7 +75,7 @@ def tp_stage_plan(
     pieces: list[Piece] = []
     items: list[str] = []
     for j, body in enumerate(bodies):
-        if j and items:  # a unit boundary where no collective cuts the op already
+        if j and items and tp == 1:  # a unit boundary where no collective cuts the op already
             pieces.append((tuple(items), None, None))
             items = []
         items += [UNIT_ITEM] if j else []
@@ -85,13 +91,16 @@ def tp_stage_plan(
 def unit_starts(pieces: list[Piece]) -> tuple[int, ...]:
     """The index of the piece each unit of `tp_stage_plan(..., unit_layers=...)` starts in, in
     the op's order (a backward runs its units last to first)."""
-    return (0,) + tuple(i for i, (items, _, _) in enumerate(pieces) if items[:1] == (UNIT_ITEM,))
+    return (0,) + tuple(i for i, (items, _, _) in enumerate(pieces) if UNIT_ITEM in items)
 
 
-def _around(body: list, sp: bool, tp: int) -> list:
-    """A sublayer entered through f and left through g (Megatron), for tp > 1."""
+def _around(body: list, sp: bool, tp: int, overlap: bool) -> list:
+    """A sublayer entered through f and left through g (Megatron), for tp > 1; `overlap`: a
+    dense sublayer's all-gather and reduce-scatter beside its GEMMs (schedules.tp_overlap)."""
     if tp == 1:
         return body
+    if overlap and sp and len(body) == 1:
+        return overlapped_sublayer(body[0], tp)
     return ([("all_gather", "tp")] if sp else []) + body + [("reduce_scatter" if sp else "all_reduce", "tp")]
 
 
@@ -108,24 +117,24 @@ def _mlp(phase: Phase, moe: bool, ep: int) -> list:
     return [*exchange, f"{phase}.experts", *exchange, f"{phase}.router"]
 
 
-def _forward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int) -> list:
+def _forward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int, overlap: bool) -> list:
     tokens: list = []
     if first:
         tokens += ["F.embed"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
     for is_moe in moe:
-        tokens += _around(["F.attn"], sp, tp) + _around(_mlp(Phase.F, is_moe, ep), sp, tp)
+        tokens += _around(["F.attn"], sp, tp, overlap) + _around(_mlp(Phase.F, is_moe, ep), sp, tp, overlap)
     if last:
         tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["F.head"]
         tokens += [("all_gather", "tp")] if tp > 1 else []
     return tokens
 
 
-def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int) -> list:
+def _backward_tokens(moe: list[bool], first: bool, last: bool, sp: bool, tp: int, ep: int, overlap: bool) -> list:
     tokens: list = []
     if last:
         tokens += ["B.head"] + ([("reduce_scatter" if sp else "all_reduce", "tp")] if tp > 1 else [])
     for is_moe in reversed(moe):
-        tokens += _around(_mlp(Phase.B, is_moe, ep), sp, tp) + _around(["B.attn"], sp, tp)
+        tokens += _around(_mlp(Phase.B, is_moe, ep), sp, tp, overlap) + _around(["B.attn"], sp, tp, overlap)
     if first:
         tokens += ([("all_gather", "tp")] if sp and tp > 1 else []) + ["B.embed"]
     return tokens

@@ -11,6 +11,8 @@ op text and the trace, and `parse_tag` reads it back (the IR's round trip, nothi
     ParamGather  params@1.t0.u2.F3@1.4  ZeRO 3: unit 2 of stage 1's weights, gathered for the piece
                                       F3@1.4 its work starts in (schedules.zero3)
     TensorPiece  tp@d0.F3@1.2         the tensor-parallel collective ending piece F3@1.2 (replica 0)
+    ChunkTail    tp@d0.tail.F3@1.3    the last chunk of a pipelined reduce-scatter, ending piece
+                                      F3@1.3 (schedules.tp_overlap): its bytes, not its data
     ExpertPiece  ep@p1.t0.g0.F3@1.2   the expert-parallel all-to-all ending it (stage rank 1,
                                       tensor-parallel rank 0, expert-parallel group 0)
     GradSync     tp@d0.grads@1        the tensor-parallel sum of stage 1's partial gradients
@@ -117,6 +119,19 @@ class TensorPiece(_Tag):
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
+class ChunkTail(_Tag):
+    """The last chunk of a pipelined reduce-scatter (schedules.tp_overlap), ending piece `piece`:
+    the collective before it carries the whole result, this one the time of the chunk sent after
+    the GEMM."""
+
+    replica: int
+    piece: str
+
+    def _format(self) -> str:
+        return f"tp@d{self.replica}.tail.{self.piece}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # equality and hash by text (_Tag)
 class ExpertPiece(_Tag):
     """The expert-parallel all-to-all ending piece `piece` in expert-parallel group `group`."""
 
@@ -154,12 +169,13 @@ class StageInput(_Tag):
         return f"tp@d{self.replica}.in.{self.phase}{self.microbatch}@{self.stage}"
 
 
-CollectiveTag = GradBucket | ParamBucket | ParamGather | TensorPiece | ExpertPiece | GradSync | StageInput
+CollectiveTag = GradBucket | ParamBucket | ParamGather | TensorPiece | ChunkTail | ExpertPiece | GradSync | StageInput
 
 _BUCKET = re.compile(r"(?P<e>e?)(?P<what>grads|params)@(?P<stage>\d+)\.t(?P<t>\d+)(?:\.r(?P<r>\d+))?\.b(?P<b>\d+)$")
 _GATHER = re.compile(r"params@(?P<stage>\d+)\.t(?P<t>\d+)\.u(?P<u>\d+)\.(?P<op>.+)$")
 _SYNC = re.compile(r"tp@d(?P<d>\d+)\.grads@(?P<stage>\d+)$")
 _INPUT = re.compile(r"tp@d(?P<d>\d+)\.in\.(?P<phase>[FB])(?P<mb>\d+)@(?P<stage>\d+)$")
+_TAIL = re.compile(r"tp@d(?P<d>\d+)\.tail\.(?P<piece>.+)$")
 _TENSOR = re.compile(r"tp@d(?P<d>\d+)\.(?P<piece>.+)$")
 _EXPERT = re.compile(r"ep@p(?P<p>\d+)\.t(?P<t>\d+)\.g(?P<g>\d+)\.(?P<piece>.+)$")
 
@@ -177,6 +193,8 @@ def parse_tag(text: str) -> CollectiveTag:
         return GradSync(int(m["d"]), int(m["stage"]))
     if m := _INPUT.match(text):
         return StageInput(int(m["d"]), m["phase"], int(m["mb"]), int(m["stage"]))
+    if m := _TAIL.match(text):
+        return ChunkTail(int(m["d"]), m["piece"])
     if m := _TENSOR.match(text):
         return TensorPiece(int(m["d"]), m["piece"])
     if m := _EXPERT.match(text):

@@ -13,6 +13,9 @@ parameters (layernorms, row-parallel biases) summed over the group once per step
 The collectives block the compute stream (Megatron's do), so a stage op becomes piece,
 collective, piece, ..., piece; each piece holds the work items between two collectives
 (`tp_stage_plan`) and their FLOPs, so the time of every collective sits where it really is.
+With Transformer Engine's overlap (`tp_comm_overlap`, schedules.tp_overlap) a collective on an
+overlapped group runs beside the next piece (the GEMM it overlaps) and the piece after that waits
+for both.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from clustersim.schedules.ir import (
     with_deps,
 )
 from clustersim.schedules.layout import Layout
-from clustersim.schedules.stage_pieces import UNIT_ITEM, tp_stage_plan
-from clustersim.schedules.tags import CollectiveTag, ExpertPiece, GradSync, StageInput, TensorPiece
+from clustersim.schedules.stage_pieces import UNIT_ITEM, Piece, tp_stage_plan
+from clustersim.schedules.tags import ChunkTail, CollectiveTag, ExpertPiece, GradSync, StageInput, TensorPiece
+from clustersim.schedules.tp_overlap import BESIDE, OVERLAPPED, PIPELINED, TAIL, collective_share
 
 TP_STREAM = "tp"
 EP_STREAM = "ep"
@@ -51,6 +55,22 @@ class TensorParallelPlan:
     unit_layers: int | None = None  # ZeRO 3: cut at every unit of this many layers (tp_stage_plan)
     # Megatron's scatter/gather of pipeline messages: each rank received 1/t of one (tp > 1)
     scatter_gather: bool = False
+    tp_comm_overlap: bool = False  # Transformer Engine's userbuffers overlap (schedules.tp_overlap)
+
+    def stage_plan(self, phase: Phase, stage: int, num_stages: int, tp: int, ep: int) -> list[Piece]:
+        """tp_stage_plan's pieces of (phase, stage), in a pipeline of `num_stages` stages."""
+        return tp_stage_plan(
+            phase,
+            self.stage_layers(stage),
+            stage == 0,
+            stage == num_stages - 1,
+            self.sequence_parallel,
+            self.recompute_full,
+            tp=tp,
+            ep=ep,
+            unit_layers=self.unit_layers,
+            overlap=self.tp_comm_overlap,
+        )
 
 
 @dataclass(frozen=True)
@@ -83,7 +103,9 @@ class PieceCosts:
             return self.alltoall_bytes
         if on == "ep_counts":
             return self.counts_bytes
-        return self.loss_gather_bytes if "F.head" in items else self.activation_bytes
+        if "F.head" in items:
+            return self.loss_gather_bytes
+        return self.activation_bytes * float(collective_share(on))
 
 
 PlannedPiece = tuple[tuple[str, ...], str | None, str | None, float]  # a Piece and its FLOPs
@@ -127,26 +149,17 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
         if (phase, stage, split) not in plans:
             plans[(phase, stage, split)] = [
                 (items, kind, on, sum(item_cost(i, stage, split) for i in items))
-                for items, kind, on in tp_stage_plan(
-                    phase,
-                    stage_layers(stage),
-                    stage == 0,
-                    stage == program.num_stages - 1,
-                    plan.sequence_parallel,
-                    plan.recompute_full,
-                    tp=layout.tp,
-                    ep=layout.ep,
-                    unit_layers=plan.unit_layers,
-                )
+                for items, kind, on in plan.stage_plan(phase, stage, program.num_stages, layout.tp, layout.ep)
             ]
         return plans[(phase, stage, split)]
 
     # one tag object per collective, shared by its members (fewer objects on big programs)
-    tensor_piece, expert_piece, grad_sync, stage_input = (
+    tensor_piece, expert_piece, grad_sync, stage_input, chunk_tail = (
         functools.cache(TensorPiece),
         functools.cache(ExpertPiece),
         functools.cache(GradSync),
         functools.cache(StageInput),
+        functools.cache(ChunkTail),
     )
     for rank in program.ranks:
         d, p, t = layout.coords(rank)
@@ -156,6 +169,8 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
             "ep": (ep_group, EP_STREAM, functools.partial(expert_piece, p, t, d // layout.ep)),
         }
         groups["ep_counts"] = groups["ep"]
+        groups[OVERLAPPED] = groups[PIPELINED] = groups["tp"]
+        groups[TAIL] = (groups["tp"][0], TP_STREAM, functools.partial(chunk_tail, d))
         renamed: dict[str, str] = {}  # whole op's label -> its last piece's label
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
         last_backward = {op.stage: op.label for op in computes if op.phase in GRADIENT_PHASES}
@@ -207,6 +222,8 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                 continue
             pieces = plan_of(op.phase, op.stage, (op.microbatch, op.stage) in split)
             share = op.flops / sum(p[3] for p in pieces) if not at_collectives[op.stage] else 1.0
+            beside: tuple[str, ...] = ()  # an overlapped collective the next piece runs beside
+            after: tuple[str, ...] = ()  # the one the previous piece ran beside, which this one waits for
             for part, (items, kind, on, flops) in enumerate(pieces):
                 piece = Compute(
                     op.phase,
@@ -215,16 +232,20 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                     flops * share,
                     op.nbytes if part == 0 else 0.0,
                     op.stream,
-                    deps,
+                    deps + after,
                     part,
                 )
                 out.append(piece)
+                after, beside = beside, ()
                 if kind is not None and on is not None:
                     group, stream, tag = groups[on]
                     size = costs.collective_bytes(on, items)
                     collective = Collective(kind, tag(piece.label), group, size, stream=stream, deps=(piece.label,))
                     out.append(collective)
-                    deps = (collective.label,)
+                    if on in BESIDE:  # the next piece runs beside it
+                        beside = (collective.label,)
+                    else:  # (a pipelined reduce-scatter's tail follows its head on the stream)
+                        deps, after = (collective.label,), ()
             renamed[op.label] = piece.label
             sync_after(op, piece.label)
         ops[rank] = out

@@ -168,8 +168,9 @@ def unit_buckets(unit_bytes: list[float], bucket_bytes: float) -> list[range]:
 
 def unit_uses(rank_ops: list[Op], unit_starts: UnitStarts) -> list[_Use]:
     """The units a rank's forwards and backwards use, in compute order. A unit whose last piece
-    ends at a tensor-parallel collective finishes its work (its row-parallel bias, the layernorm
-    behind the collective) in the next unit's first piece: its `done`; else `done` is its last."""
+    ends at a tensor-parallel collective, or whose next unit's first piece waits for one (an
+    overlapped reduce-scatter, schedules.tp_overlap), finishes its work (its row-parallel bias, the
+    layernorm behind the collective) in the next unit's first piece: its `done`; else its last."""
     split = {(op.microbatch, op.stage) for op in rank_ops if isinstance(op, Compute) and op.phase == Phase.W}
     uses: list[_Use] = []
     last_piece = ""
@@ -190,9 +191,13 @@ def unit_uses(rank_ops: list[Op], unit_starts: UnitStarts) -> list[_Use]:
         last_piece = op.label
     if uses:
         uses[-1] = uses[-1]._replace(last=last_piece)
-    ended_by_collective = {dep for op in rank_ops if isinstance(op, Collective) for dep in op.deps}
+    collectives = {op.label: op.deps for op in rank_ops if isinstance(op, Collective)}
+    ended_by_collective = {dep for deps in collectives.values() for dep in deps}
+    waits = {op.label for op in rank_ops if isinstance(op, Compute) and any(d in collectives for d in op.deps)}
     spills = [
-        after is not None and use.last in ended_by_collective and _whole_label(after.first) == _whole_label(use.first)
+        after is not None
+        and (use.last in ended_by_collective or after.first in waits)
+        and _whole_label(after.first) == _whole_label(use.first)
         for use, after in zip(uses, [*uses[1:], None])
     ]
     return [

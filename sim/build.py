@@ -16,13 +16,13 @@ from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import build_program, placement, rank_order
-from clustersim.schedules.stage_pieces import tp_stage_plan, unit_starts
+from clustersim.schedules.stage_pieces import unit_starts
 from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
 from clustersim.schedules.validate import validate
 from clustersim.schedules.zero3 import UnitStarts
 from clustersim.sim.collectives.nccl import NCCL
 from clustersim.sim.cost import compute as cost
-from clustersim.sim.cost.kernel_times import KernelTimes
+from clustersim.sim.cost.kernel_times import KernelTimes, piece_item_flops
 from clustersim.sim.cost.stages import (
     alltoall_bytes,
     expert_bytes,
@@ -32,8 +32,6 @@ from clustersim.sim.cost.stages import (
     stage_moe_layers,
     stage_params,
     stage_weight_gradient_flops,
-    tensor_parallel_item_flops,
-    tensor_parallel_item_weight_flops,
     weight_bytes,
 )
 from clustersim.sim.cost.units import cut_unit_layers, layer_bytes, unit_bucket_groups, unit_weight_bytes
@@ -45,7 +43,6 @@ from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.scale.execution import members_held
 from clustersim.sim.scale.symmetry import Symmetry, listable
 from clustersim.sim.scenario.schema import Scenario
-from clustersim.sim.scenario.sections import ParallelSection
 from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape
 from clustersim.topologies.registry import TOPOLOGIES
 
@@ -89,7 +86,7 @@ def make_program(
     p, m, t = scenario.parallel, scenario.model_spec, scenario.training
     flops = [stage_forward_flops(scenario, stage) for stage in range(p.num_stages)]
     layer_act = cost.boundary_activation_bytes(t.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
-    split = p.sequence_parallel or scatter_gather(p)  # each rank sends its 1/tp: its sequence shard, or a chunk
+    split = p.sequence_parallel or p.scatter_gather_messages  # each rank sends its 1/tp: its sequence shard, or a chunk
     act_bytes = layer_act / p.tp if split else layer_act
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     redo = [
@@ -118,21 +115,28 @@ def make_program(
         if representatives is None or ranks[0] in representatives
     ]
     moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
+    recompute_full, overlap = t.recompute == "full", p.megatron.tp_comm_overlap
     plan = TensorParallelPlan(
-        moe_layers.__getitem__, p.sequence_parallel, t.recompute == "full", cut_unit_layers(p), scatter_gather(p)
+        moe_layers.__getitem__,
+        p.sequence_parallel,
+        recompute_full,
+        cut_unit_layers(p),
+        p.scatter_gather_messages,
+        overlap,
     )
+    item_flops, item_weight_flops = piece_item_flops(scenario)
     program = add_tensor_parallel(
         Program.merge(replicas),
         layout,
         plan,
         PieceCosts(
-            tensor_parallel_item_flops(scenario),
+            item_flops,
             activation_bytes=layer_act,
             loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
             grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
             alltoall_bytes=alltoall_bytes(scenario),
             counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
-            item_weight_flops=tensor_parallel_item_weight_flops(scenario),
+            item_weight_flops=item_weight_flops,
         ),
     )
     program = add_data_parallel(
@@ -152,30 +156,13 @@ def make_program(
     return program
 
 
-def scatter_gather(p: ParallelSection) -> bool:
-    """Whether pipeline messages travel as tp chunks, all-gathered on receipt (Megatron's scatter/
-    gather, parallel.megatron.scatter_gather; with sequence parallelism they are split already)."""
-    return p.megatron.scatter_gather and p.tp > 1 and not p.sequence_parallel
-
-
 def _unit_starts(plan: TensorParallelPlan, layout: Layout, num_stages: int) -> UnitStarts:
     """The piece each unit of a cut stage op starts in (stage_pieces.unit_starts of the same plan
     add_tensor_parallel cut it by)."""
 
     @functools.cache
     def starts(phase: Phase, stage: int, split: bool) -> tuple[int, ...]:
-        pieces = tp_stage_plan(
-            phase,
-            plan.stage_layers(stage),
-            stage == 0,
-            stage == num_stages - 1,
-            plan.sequence_parallel,
-            plan.recompute_full,
-            tp=layout.tp,
-            ep=layout.ep,
-            unit_layers=plan.unit_layers,
-        )
-        return unit_starts(pieces)
+        return unit_starts(plan.stage_plan(phase, stage, num_stages, layout.tp, layout.ep))
 
     return starts
 
@@ -253,7 +240,14 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         step,
         p.zero if p.dp > 1 else 0,
         buckets,
-        Sharding(p.tp, p.sequence_parallel, p.ep, unit_layers=cut_unit_layers(p), scatter_gather=scatter_gather(p)),
+        Sharding(
+            p.tp,
+            p.sequence_parallel,
+            p.ep,
+            unit_layers=cut_unit_layers(p),
+            scatter_gather=p.scatter_gather_messages,
+            tp_comm_overlap=p.megatron.tp_comm_overlap,
+        ),
         groups,
     )
 

@@ -48,11 +48,12 @@ def epilogue_s(chip: ChipSpec, gpu: GpuSpec, tile: tuple[int, int], tiles: int, 
 def _tiled_s(chip: ChipSpec, gpu: GpuSpec, shape: tuple[int, int, int, int], rate: float, output_bytes: int) -> float:
     """The (m, n, k, batch) GEMM's waves of main loop at `rate` FLOP/s per unit and epilogue, best tile."""
     m, n, k, batch = shape
+    units = chip.gemm_units or chip.compute_units  # fewer when a collective holds some (ChipSpec.gemm_units)
     best = math.inf
     for tile in chip.tiles:
         count = tile_count(m, n, tile, batch)
-        wave_s = 2.0 * tile[0] * tile[1] * k / rate + epilogue_s(chip, gpu, tile, count, output_bytes)
-        best = min(best, waves(count, chip.compute_units) * wave_s)
+        wave_s = 2.0 * tile[0] * tile[1] * k / rate + epilogue_s(chip, gpu, tile, min(count, units), output_bytes)
+        best = min(best, waves(count, units) * wave_s)
     return best
 
 

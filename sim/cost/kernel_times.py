@@ -14,27 +14,45 @@ accumulation_bytes; a stage's first backward is taken to be microbatch 0's, as i
 with backwards in microbatch order). op.flops stays the counted
 model FLOPs (MFU); only the time comes from here. Times are computed once per (phase, stage, part,
 split, bytes) and looked up per op: a 16,384-GPU run asks millions of times.
+
+With Transformer Engine's overlap (parallel.megatron.tp_comm_overlap) a dense sublayer's items
+come in segments cut at its two overlapped GEMMs (schedules.tp_overlap): ENTRY_EXIT names them. A
+share of a GEMM is that share of its time, FLOPs and weights (TE's chunks are GEMMs of 1/t or 1/4
+of the rows; their own wave quantisation and launch gaps are not modelled), and a pipelined
+reduce-scatter's GEMM runs on the SMs its kernels leave (ChipSpec.gemm_units).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
+from fractions import Fraction
 
 from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import rank_order
 from clustersim.schedules.stage_pieces import UNIT_ITEM
 from clustersim.schedules.tensor_parallel import tp_stage_plan
+from clustersim.schedules.tp_overlap import parse_segment
 from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes
 from clustersim.sim.cost.optimizer_step import accumulation_bytes, accumulation_kernels, optimizer_kernels
-from clustersim.sim.cost.stages import stage_moe_layers
+from clustersim.sim.cost.stages import stage_moe_layers, tensor_parallel_item_flops, tensor_parallel_item_weight_flops
 from clustersim.sim.cost.units import cut_unit_layers
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.schema import Scenario
 
 # (phase, stage, part, split backward, nbytes, accumulation bytes per weight element)
 Key = tuple[Phase, int, int | None, bool, float, int]
+# each sublayer item's GEMMs beside its all-gather (ring exchange) and its reduce-scatter (pipeline
+# forward, bulk backward), by kernel name (sim.cost.kernels), and the ub_cfg name of a pipelined one
+ENTRY_EXIT = {
+    "F.attn": ("QKV", "attention projection"),
+    "F.mlp": ("FC1", "FC2"),
+    "B.attn": ("attention projection dgrad", "QKV wgrad"),
+    "B.mlp": ("FC2 dgrad", "FC1 wgrad"),
+}
+PIPELINED_GEMMS = {"F.attn": "proj_fprop", "F.mlp": "fc2_fprop"}
 
 
 def shapes_of(scenario: Scenario) -> Shapes:
@@ -73,6 +91,20 @@ class KernelTimes:
         names = ("attn", "mlp", "embed", "head") + (("router", "experts") if scenario.model_spec.moe else ())
         self.items = {name: layer.item(name) for name in names}
         self._classes: dict[Key, tuple[float, ...]] = {}
+        sms = scenario.parallel.megatron.tp_comm_overlap_sms.model_dump()
+        self.pipelined = {  # a pipelined reduce-scatter's GEMM, on the SMs its kernels leave
+            item: self._exit(
+                item, layer.on_chip(dataclasses.replace(self.chip, gemm_units=self.chip.compute_units - n))
+            )
+            for item, name in PIPELINED_GEMMS.items()
+            if (n := sms[name])
+        }
+
+    @staticmethod
+    def _exit(item: str, layer: LayerKernels) -> Kernel:
+        """The overlapped exit GEMM of forward item `item` on `layer`'s chip."""
+        forward = layer.item(item.split(".")[1]).forward
+        return next(k for k in forward if k.name == ENTRY_EXIT[item][1])
 
     @functools.cached_property
     def split(self) -> set[tuple[int, int]]:
@@ -92,18 +124,54 @@ class KernelTimes:
             tp=p.tp,
             ep=p.ep,
             unit_layers=cut_unit_layers(p),  # as the program cuts its ops (ZeRO 3 units, overlapped reductions)
+            overlap=p.megatron.tp_comm_overlap,
         )
         return [list(items) for items, _, _ in plan]
 
     def _item_kernels(self, item: str, split: bool) -> list[Kernel]:
+        """A work item's kernels, or a segment's (schedules.tp_overlap); `split`: less the W part."""
         if item == UNIT_ITEM:  # no work: where a unit starts
             return []
-        phase, name = item.split(".")
-        kernels = self.items[name]
-        if phase == "F":
-            return list(kernels.forward)
-        redo = self._recomputed_core() if name == "attn" else []
-        return [k for k in kernels.backward if not (split and k.part == "W")] + redo
+        whole, segment, share = parse_segment(item)
+        phase, name = whole.split(".")
+        kernels = list(self.items[name].forward if phase == "F" else self.items[name].backward)
+        redo = self._recomputed_core() if whole == "B.attn" else []
+        if segment is None:
+            kernels += redo
+        else:
+            kernels = self._segment(whole, segment, share, kernels) + (redo if segment == "mid" else [])
+        return [k for k in kernels if not (split and k.part == "W")]
+
+    def _segment(self, item: str, segment: str, share: Fraction, kernels: list[Kernel]) -> list[Kernel]:
+        """Segment `segment` of `item`'s kernels, cut at its overlapped GEMMs (ENTRY_EXIT)."""
+        entry, exit_ = (next(i for i, k in enumerate(kernels) if k.name == n) for n in ENTRY_EXIT[item])
+        if segment == "exit" and item in self.pipelined:
+            kernels = kernels[:exit_] + [self.pipelined[item]] + kernels[exit_ + 1 :]
+        lo, hi = {"pre": (0, entry), "entry": (entry, entry + 1), "mid": (entry + 1, exit_)}.get(
+            segment, (exit_, exit_ + 1) if segment == "exit" else (exit_ + 1, len(kernels))
+        )
+        if share == 1:
+            return kernels[lo:hi]
+        f = float(share)
+        return [
+            dataclasses.replace(k, time_s=k.time_s * f, flops=k.flops * f, weights=k.weights * f)
+            for k in kernels[lo:hi]
+        ]
+
+    def segment_flops(self, flops: Callable[[str, int], float], weights: bool = False) -> Callable[[str, int], float]:
+        """`flops` (a whole work item's FLOPs, or with `weights` its weight gradient's) shared among
+        the item's segments as their kernels' FLOPs are."""
+
+        def share(item: str, stage: int) -> float:
+            whole, segment, _ = parse_segment(item)
+            if segment is None:
+                return flops(item, stage)
+            parts = ("W",) if weights else ("F", "B", "W")
+            total = sum(k.flops for k in self._item_kernels(whole, False) if k.part in parts)
+            mine = sum(k.flops for k in self._item_kernels(item, False) if k.part in parts)
+            return flops(whole, stage) * mine / total if total else 0.0
+
+        return share
 
     def _recomputed_core(self) -> list[Kernel]:
         """The attention core's forward kernels under selective recompute, else none."""
@@ -177,3 +245,13 @@ class KernelTimes:
                 for i in slots:
                     totals[i] += seconds[i]
         return dict(zip(KERNEL_CLASSES, totals, strict=True))
+
+
+def piece_item_flops(scenario: Scenario) -> tuple[Callable[[str, int], float], Callable[[str, int], float]]:
+    """The FLOPs of each work item of a cut stage op and of its weight gradient (sim.cost.stages);
+    with tp_comm_overlap, of each segment too, as its kernels' (KernelTimes.segment_flops)."""
+    flops, weights = tensor_parallel_item_flops(scenario), tensor_parallel_item_weight_flops(scenario)
+    if not scenario.parallel.megatron.tp_comm_overlap:
+        return flops, weights
+    times = KernelTimes(scenario)
+    return times.segment_flops(flops), times.segment_flops(weights, weights=True)

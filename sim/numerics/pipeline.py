@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from clustersim.schedules.ir import Collective, Compute, MessageTag, Phase, Recv, Send
-from clustersim.schedules.tags import GradSync, StageInput
+from clustersim.schedules.tags import ChunkTail, GradSync, StageInput
 from clustersim.sim.numerics.optim import SGD, Adam, make_optimizer
 from clustersim.sim.numerics.plan import UNSHARDED, Sharding, TrainingStep, make_batch
 from clustersim.sim.numerics.reference import max_errors, reference_step
@@ -74,6 +74,7 @@ class PipelineNumerics:
             ]
         self.running: dict[int, Running] = {}  # rank -> the op in progress
         self.answers: dict[int, np.ndarray] = {}  # rank -> the collective result its next piece resumes with
+        self.beside: set[int] = set()  # ranks whose piece ran beside the collective in flight (tp_comm_overlap)
         self.syncs: dict[
             tuple[int, GradSync], Generator[Request, np.ndarray, None]
         ] = {}  # (rank, tag) -> a gradient sum awaiting its result
@@ -163,7 +164,12 @@ class PipelineNumerics:
             )
         whole, run, parked = self.running[rank]
         if op.part and answer is None and (parked is None or parked[0] != UNIT_BOUNDARY):
+            if self.sharding.tp_comm_overlap and parked is not None and rank not in self.beside:
+                # the GEMM beside the collective (schedules.tp_overlap): its math is the piece's that waits for it
+                self.beside.add(rank)
+                return False
             raise RuntimeError(f"rank {rank}, {op.label}: runs before the collective that ends piece {op.part - 1}")
+        self.beside.discard(rank)
         try:
             request = run.send(answer) if op.part else next(run)
         except StopIteration as finished:
@@ -185,6 +191,8 @@ class PipelineNumerics:
         sum before the step."""
         if isinstance(op.tag, StageInput):  # the chunk of a pipeline message this rank received
             return self._take(rank, op, _message(op.tag), "chunk of")
+        if isinstance(op.tag, ChunkTail):  # time only: the collective before it carried the data
+            return np.zeros(self.sharding.tp)
         if isinstance(op.tag, GradSync):
             stage = self.stages[op.tag.stage]
             assert isinstance(stage, TensorParallelStage)  # a gradient sum needs a tensor-parallel group
@@ -208,6 +216,8 @@ class PipelineNumerics:
         if isinstance(op.tag, StageInput):  # the t chunks, in rank order: the whole message
             b, s, h = self.micro_batch_size, self.cfg.seq_len, self.cfg.hidden
             self._rank_store(rank)[_message(op.tag)] = result.reshape(b, s, h)
+            return
+        if isinstance(op.tag, ChunkTail):
             return
         if not isinstance(op.tag, GradSync):
             self.answers[rank] = result

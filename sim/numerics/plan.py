@@ -57,6 +57,7 @@ class Sharding:
     ep_rank: int = 0
     unit_layers: int | None = None
     scatter_gather: bool = False  # pipeline messages travel as t chunks, all-gathered on receipt
+    tp_comm_overlap: bool = False  # a GEMM piece may run beside the collective it waits for (schedules.tp_overlap)
 
     def at(self, tp_rank: int, ep_rank: int) -> Sharding:
         """The same split, at another place in the groups."""

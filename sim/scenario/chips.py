@@ -88,6 +88,9 @@ class ChipSpec:
     # an FP8 GEMM main loop's time when it promotes its partial sums to FP32 as it goes (cuBLASLt's
     # FAST_ACCUM off, the "split accumulator") over the fast accumulation its FP8 ceiling ran with
     fp8_split_accumulation: float = 1.0
+    # the units a GEMM kernel may use while a collective's kernels hold the rest (Transformer
+    # Engine's _math_sms, schedules.tp_overlap); None: all of them
+    gemm_units: int | None = None
 
 
 # NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section 2.3 "Typical

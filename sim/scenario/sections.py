@@ -15,6 +15,7 @@ from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, show_value
 from clustersim.sim.scenario.fields import Bandwidth, Bytes, Flops, Section, one_of
 from clustersim.sim.scenario.hardware import GPUS, GpuSpec
+from clustersim.sim.scenario.megatron_section import MegatronSection
 from clustersim.sim.scenario.nccl_section import NcclSection
 from clustersim.sim.scenario.topology import TopologySection
 from clustersim.topologies.kind import MAX_GPUS, FitError, Shape
@@ -136,33 +137,6 @@ class TrainingSection(Section):
         return DTYPE_BYTES[self.dtype]
 
 
-class MegatronSection(Section):
-    """Megatron-LM's pipeline optimisations, each a switch, on where Megatron-LM has it on."""
-
-    scatter_gather: bool = Field(
-        True,
-        description="each tensor-parallel rank sends 1/tp of a pipeline activation (or gradient) and the "
-        "receiving group all-gathers it (Megatron-LM's --scatter-gather-tensors-in-pipeline, on by "
-        "default; with sequence parallelism the tensor is split already)",
-    )
-    deallocate_outputs: bool = Field(
-        True,
-        description="free a stage output's data once it is sent (Megatron-LM's deallocate_pipeline_outputs, "
-        "set by its training loop); off: each in-flight microbatch also holds its stage's output",
-    )
-    blocking_p2p: bool | None = Field(
-        None,
-        description="a rank's next compute waits for its earlier pipeline sends (Megatron-LM 2021-22: batch_isend_"
-        "irecv, wait, torch.cuda.synchronize). Default: on with compute_model kernel, off with the roofline",
-    )
-    overlap_grad_reduce: bool = Field(
-        False,
-        description="ZeRO 0-2: bucket the gradients by whole layers (parallel.bucket each at least) and "
-        "start each bucket's reduction as its layers' part of the last backward ends (Megatron-LM's "
-        "--overlap-grad-reduce, off by default); off: after the stage's last backward",
-    )
-
-
 class ParallelSection(Section):
     pp: int = Field(1, gt=0, le=MAX_DEGREE, description="pipeline-parallel stages")
     tp: int = Field(1, gt=0, le=MAX_DEGREE, description="tensor-parallel ranks (Megatron column/row split)")
@@ -229,6 +203,12 @@ class ParallelSection(Section):
         if self.bucket is not None:
             return self.bucket
         return max(40e6, 1e6 * self.dp) * 2.0 if self.megatron.overlap_grad_reduce else math.inf
+
+    @property
+    def scatter_gather_messages(self) -> bool:
+        """Whether pipeline messages travel as tp chunks, all-gathered on receipt (Megatron's scatter/
+        gather, megatron.scatter_gather; with sequence parallelism they are split already)."""
+        return self.megatron.scatter_gather and self.tp > 1 and not self.sequence_parallel
 
     @property
     def world_size(self) -> int:
