@@ -18,7 +18,9 @@ a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-
 1.5x.) With m microbatches stage 3 gathers every unit 2m times: (2m + 1)(N-1)/N Psi a step; at
 most prefetch + 1 gathered units exist at once on a rank (schedules.zero3). With `overlap`
 (Megatron-LM's overlap_grad_reduce) stages 0-2 bucket by whole layers instead and start each
-bucket inside the last backward; the bytes are the same.
+bucket inside the last backward; the bytes are the same. With `overlap_param_gather` as well
+(stages 1, 2) each bucket's weights are gathered at the step's start, ahead of the first forward
+that uses them, instead of after the optimizer step (schedules.param_gather); again the same bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 
 from clustersim.schedules.ir import DP_STREAM, GRADIENT_PHASES, Collective, Comm, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
+from clustersim.schedules.param_gather import first_forward_uses
 from clustersim.schedules.tags import GradBucket, ParamBucket
 from clustersim.schedules.zero3 import UnitStarts, add_zero3, final_units, unit_buckets, unit_uses
 
@@ -52,6 +55,7 @@ def add_data_parallel(
     expert_bytes: Callable[[int], float] = lambda stage: 0.0,
     zero3_units: tuple[Callable[[int, int], float], UnitStarts, int] | None = None,
     overlap: tuple[Callable[[int], list[float]], UnitStarts] | None = None,
+    overlap_param_gather: bool = False,
 ) -> Program:
     """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
 
@@ -65,6 +69,9 @@ def add_data_parallel(
     overlap_grad_reduce): (each stage's unit bytes, the piece each unit starts in) of ops cut at
     every layer; the gradients are bucketed by whole units (zero3.unit_buckets) and each bucket's
     collective starts when its units' part of the last backward has ended, overlapping the rest.
+    `overlap_param_gather` (stages 1-2 with `overlap`, Megatron-LM's overlap_param_gather): each
+    bucket's weights are gathered at the step's start, one bucket ahead of the forward
+    (schedules.param_gather), not after the optimizer step.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -77,6 +84,8 @@ def add_data_parallel(
         return add_zero3(program, layout, unit_bytes, unit_starts, prefetch)
     if overlap is not None and layout.ep > 1:
         raise ValueError("overlapping the gradient reduction with expert parallelism is not modelled")
+    if overlap_param_gather and (overlap is None or zero_stage not in (1, 2)):
+        raise ValueError("overlapping the parameter all-gather needs ZeRO 1 or 2 and an overlapped reduction")
     ops: dict[int, list[Op]] = {}
     # one tag object per collective, shared by its members (fewer objects on big programs)
     param_bucket = functools.cache(ParamBucket.of)
@@ -106,8 +115,20 @@ def add_data_parallel(
                 label: [b for stage, unit in done for b, units in enumerate(groups(stage)) if units[0] == unit]
                 for label, done in final_units(program.ops[rank], unit_uses(program.ops[rank], unit_starts)).items()
             }
-        out: list[Op] = []
+        gathers = (
+            _param_gathers(program.ops[rank], layout, p, t, unit_starts, groups, stage_buckets, param_bucket)
+            if overlap_param_gather
+            else []
+        )
+        first_use = {use: j for j, (use, _) in enumerate(gathers)}
+        out: list[Op] = [gathers[0][1]] if gathers else []
         for op in program.ops[rank]:
+            if op.label in first_use:  # the forward piece where a bucket is first used waits for its weights
+                j = first_use[op.label]
+                out.extend(
+                    gather for _, gather in gathers[j + 1 : j + 2]
+                )  # the next bucket's, as this one's use starts
+                op = dataclasses.replace(op, deps=(*op.deps, gathers[j][1].label))
             if isinstance(op, Compute) and op.phase == Phase.OPT:
                 kind = Comm.ALL_REDUCE if zero_stage == 0 else Comm.REDUCE_SCATTER
                 shard = (
@@ -141,7 +162,7 @@ def add_data_parallel(
                     for expert_rank, members, total in sets(op.stage)
                     for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
-            if isinstance(op, Compute) and op.phase == Phase.OPT and zero_stage in (1, 2):
+            if isinstance(op, Compute) and op.phase == Phase.OPT and zero_stage in (1, 2) and not overlap_param_gather:
                 out.extend(
                     Collective("all_gather", param_bucket(tag), members, size, stream=DP_STREAM, deps=(op.label,))
                     for expert_rank, members, total in sets(op.stage)
@@ -149,6 +170,37 @@ def add_data_parallel(
                 )
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)
+
+
+def _param_gathers(
+    rank_ops: list[Op],
+    layout: Layout,
+    p: int,
+    t: int,
+    unit_starts: UnitStarts,
+    groups: Callable[[int], list[range]],
+    stage_buckets: Callable[[int, int, int | None, float], list[tuple[GradBucket, float]]],
+    param_bucket: Callable[[GradBucket], ParamBucket],
+) -> list[tuple[str, Collective]]:
+    """(label of the piece that first uses it, the all-gather) of each bucket a rank's forwards
+    use, in that order (schedules.param_gather): the first at the step's start, each next one
+    after the compute before the previous one's use (and, on the stream, after that gather)."""
+    uses = first_forward_uses(rank_ops, unit_starts, groups)
+    return [
+        (
+            use.first,
+            Collective(
+                "all_gather",
+                param_bucket(tag),
+                layout.dp_group(p, t),
+                size,
+                stream=DP_STREAM,
+                deps=uses[j - 1].before if j > 0 else (),
+            ),
+        )
+        for j, use in enumerate(uses)
+        for tag, size in [stage_buckets(use.stage, t, None, 0.0)[use.bucket]]
+    ]
 
 
 def _gradient_sets(

@@ -150,6 +150,7 @@ def make_program(
         (lambda s: layer_bytes(scenario, s), _unit_starts(plan, layout, p.num_stages))
         if p.megatron.overlap_grad_reduce
         else None,
+        p.megatron.overlap_param_gather,
     )
     if check:
         validate(program, attrgetter("group") if representatives is None else members_held(program), dry_run)
@@ -249,6 +250,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
             tp_comm_overlap=p.megatron.tp_comm_overlap,
         ),
         groups,
+        gather_at_start=p.dp > 1 and p.megatron.overlap_param_gather,
     )
 
 

@@ -12,6 +12,12 @@ name the stage, the set and the bucket (or unit) they carry. Under ZeRO 3 a rank
 chunks of the weights between ops: the rest is NaN, so a piece that runs without its unit's
 gather poisons the result instead of passing by accident.
 
+With the weight all-gather overlapped with the next forward (`gather_at_start`, ZeRO 1-2:
+schedules.param_gather) a step starts where the previous one's sharded update left the weights:
+each rank holds only its chunks (the rest NaN) until the step's gathers bring the others, and it
+ends holding the updated weights only in its chunks, which the check puts together from every
+rank as under ZeRO 3 (the next step's gathers would spread them).
+
 With tensor parallelism t, replica d is t pipelines, one per tensor-parallel rank, each holding
 its shards (a PipelineNumerics with tp = t); the data-parallel groups join the pipelines of equal
 tensor-parallel rank, and tensor-parallel collectives go to the pipeline they belong to. With
@@ -57,15 +63,18 @@ class DataParallelNumerics:
         buckets: dict[tuple[str, int], int],
         sharding: Sharding = UNSHARDED,
         unit_buckets: Callable[[int], list[range]] | None = None,
+        gather_at_start: bool = False,
     ):
         """`replicas`: every pipeline's placement, replica-major: pipeline i is tensor-parallel rank
         i % tp of data-parallel replica i // tp. `buckets[(set, stage)]`: how many buckets the
         program cuts a stage's gradient set into, set "grads" (all but the expert-parallel
         experts) or "egrads" (those experts, ep > 1). `sharding`: the split of every pipeline
         (its ranks are each pipeline's own). `unit_buckets(stage)`: the units in each "grads"
-        bucket of whole units (overlapped; ZeRO 3 default: one each), flattened unit by unit."""
+        bucket of whole units (overlapped; ZeRO 3 default: one each), flattened unit by unit.
+        `gather_at_start`: ZeRO 1-2's weight all-gathers run at the step's start (module docstring)."""
         tp, ep = sharding.tp, sharding.ep
         self.cfg, self.step, self.zero, self.tp = cfg, step, zero, tp
+        self.sharded_between_steps = zero == 3 or gather_at_start
         self.dp, self.ep = len(replicas) // tp, ep
         rows = step.rows
         self.tokens, self.targets = make_batch(cfg, step.seed, self.dp * rows)  # (dp*m*b, s)
@@ -89,7 +98,7 @@ class DataParallelNumerics:
             for stage in self._stages_of(rank):
                 params, names = self._stage(rank, stage).params, self._names(rank, stage, "grads")
                 self.buckets.fix("grads", stage, unit_sizes(params, names, self.unit_of[stage], groups(stage)))
-                if zero == 3:
+                if self.sharded_between_steps:
                     self._keep_only_own_chunks(rank, stage)
 
     # -- a rank's stages, sets and chunks --------------------------------------------------------
@@ -228,9 +237,9 @@ class DataParallelNumerics:
             unflat(params, stage_model.params, names)
 
     def finish(self) -> dict:
-        """Every replica's weights (ZeRO 3: put together from every rank's chunks; tensor
-        parallelism: from every rank's shards, and each rank's whole copies) against one device on
-        the global batch."""
+        """Every replica's weights (sharded between steps: put together from every rank's chunks;
+        tensor parallelism: from every rank's shards, and each rank's whole copies) against one
+        device on the global batch."""
         step = self.step
         ref = reference_step(
             self.cfg, init_params(self.cfg, step.seed), self.tokens, self.targets, step.optimizer, step.lr
@@ -258,12 +267,12 @@ class DataParallelNumerics:
 
     def _pipeline_params(self, i: int) -> dict[str, np.ndarray]:
         """Pipeline i's parameters; each expert of an expert-parallel layer from the replica in
-        i's expert-parallel group that holds it; under ZeRO 3 each chunk from the data-parallel
-        rank that kept it."""
+        i's expert-parallel group that holds it; sharded between steps, each chunk from the
+        data-parallel rank that kept it."""
         params = {}
         replica = self.replicas[i]
         for stage in replica.stages:
-            params.update(stage.params if self.zero != 3 else self._gathered_stage(i, stage))
+            params.update(self._gathered_stage(i, stage) if self.sharded_between_steps else stage.params)
             for name in [n for n in stage.params if ".moe.expert" in n] if self.ep > 1 else []:
                 params[name] = self._expert_holder(i, name).stages[stage.stage].params[name]
         return params
@@ -276,7 +285,8 @@ class DataParallelNumerics:
         return self.replicas[(first + e // (self.cfg.moe.num_experts // self.ep)) * self.tp + i % self.tp]
 
     def _gathered_stage(self, i: int, stage: Stage) -> dict[str, np.ndarray]:
-        """ZeRO 3: a stage's parameters put together from every data-parallel rank's chunks."""
+        """A stage's parameters put together from every data-parallel rank's chunks (ZeRO 3, or
+        ZeRO 1-2 with the gathers at the step's start)."""
         rank = self.replicas[i].stage_to_rank[stage.stage]
         names = self._names(rank, stage.stage, "grads")
         whole = np.full_like(flat(stage.params, names), np.nan)

@@ -44,6 +44,12 @@ class MegatronSection(Section):
         "start each bucket's reduction as its layers' part of the last backward ends (Megatron-LM's "
         "--overlap-grad-reduce, off by default); off: after the stage's last backward",
     )
+    overlap_param_gather: bool = Field(
+        False,
+        description="ZeRO 1-2 with overlap_grad_reduce: gather each bucket's updated weights ahead of the next "
+        "step's first forward that uses them, one bucket in flight (Megatron-LM's --overlap-param-gather, Apex "
+        "DistributedFusedAdam's overlap_param_sync; schedules.param_gather); off: after the optimizer step",
+    )
     tp_comm_overlap: bool = Field(
         False,
         description="each sublayer's tensor-parallel all-gather and reduce-scatter beside the GEMM next to it, "
@@ -76,3 +82,16 @@ def check_tp_comm_overlap(
     for name, sms in megatron.tp_comm_overlap_sms.model_dump().items():
         if sms >= units:
             raise FieldError(f"{field}_sms.{name}", f"{sms} leaves none of the chip's {units} SMs to the GEMM")
+
+
+def check_overlap_param_gather(megatron: MegatronSection, zero: int) -> None:
+    """Megatron-LM (megatron/training/arguments.py) allows --overlap-param-gather only with its
+    distributed optimizer (ZeRO 1 or 2 here; ZeRO 3 gathers per unit anyway) and
+    --overlap-grad-reduce. With dp = 1 nothing is gathered, as nothing is reduced."""
+    field = "parallel.megatron.overlap_param_gather"
+    if not megatron.overlap_param_gather:
+        return
+    if zero not in (1, 2):
+        raise FieldError(field, f"needs parallel.zero 1 or 2 (the sharded optimizer's weight all-gather), not {zero}")
+    if not megatron.overlap_grad_reduce:
+        raise FieldError(field, "needs parallel.megatron.overlap_grad_reduce: true (as Megatron-LM requires)")

@@ -29,7 +29,7 @@ from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
 from clustersim.sim.scenario.fields import Section, one_of
 from clustersim.sim.scenario.hardware import GpuSpec
-from clustersim.sim.scenario.megatron_section import check_tp_comm_overlap
+from clustersim.sim.scenario.megatron_section import check_overlap_param_gather, check_tp_comm_overlap
 from clustersim.sim.scenario.model import ModelSection
 from clustersim.sim.scenario.presets import ModelSpec
 from clustersim.sim.scenario.sections import (
@@ -161,6 +161,7 @@ class Scenario(Section):
             self._check_fp8()
         kernel, units = self.cluster.compute_model == "kernel", CHIPS[self.cluster.gpu].compute_units
         check_tp_comm_overlap(p.megatron, p.tp, p.sequence_parallel, kernel, units)
+        check_overlap_param_gather(p.megatron, p.zero)
         return self
 
     def _check_fp8(self) -> None:

@@ -109,3 +109,19 @@ def test_rejects_overlap_with_expert_parallelism():
     )
     with pytest.raises(ScenarioError, match="parallel.megatron.overlap_grad_reduce"):
         load_scenario_text(text, "moe.yaml")
+
+
+@pytest.mark.parametrize(
+    "zero,megatron,reason",
+    [
+        (0, "overlap_grad_reduce: true, overlap_param_gather: true", "needs parallel.zero 1 or 2"),
+        (3, "overlap_param_gather: true", "needs parallel.zero 1 or 2"),
+        (1, "overlap_param_gather: true", "needs parallel.megatron.overlap_grad_reduce: true"),
+    ],
+)
+def test_rejects_overlapped_param_gather_without_a_sharded_optimizer_and_overlapped_reduction(zero, megatron, reason):
+    """Megatron-LM's arguments.py: --overlap-param-gather needs the distributed optimizer and
+    --overlap-grad-reduce."""
+    text = SCENARIO.format(gpus=4, tp=1, dp=2, zero=zero, sp="false", megatron=megatron)
+    with pytest.raises(ScenarioError, match=f"parallel.megatron.overlap_param_gather.*{reason}"):
+        load_scenario_text(text, "param_gather.yaml")
