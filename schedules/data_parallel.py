@@ -19,8 +19,8 @@ a data-parallel group and Psi the bytes of a stage's 16-bit gradients (= its 16-
 most prefetch + 1 gathered units exist at once on a rank (schedules.zero3). With `overlap`
 (Megatron-LM's overlap_grad_reduce) stages 0-2 bucket by whole layers instead and start each
 bucket inside the last backward; the bytes are the same. With `overlap_param_gather` as well
-(stages 1, 2) each bucket's weights are gathered at the step's start, ahead of the first forward
-that uses them, instead of after the optimizer step (schedules.param_gather); again the same bytes.
+(stages 1, 2) each bucket's weights are gathered one bucket ahead of the next step's forward, the
+first beside the optimizer step (schedules.param_gather); again the same bytes.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def add_data_parallel(
     every layer; the gradients are bucketed by whole units (zero3.unit_buckets) and each bucket's
     collective starts when its units' part of the last backward has ended, overlapping the rest.
     `overlap_param_gather` (stages 1-2 with `overlap`, Megatron-LM's overlap_param_gather): each
-    bucket's weights are gathered at the step's start, one bucket ahead of the forward
-    (schedules.param_gather), not after the optimizer step.
+    bucket's weights are gathered one bucket ahead of the next step's forward, the first beside
+    the optimizer step (schedules.param_gather), not all after it.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -115,20 +115,18 @@ def add_data_parallel(
                 label: [b for stage, unit in done for b, units in enumerate(groups(stage)) if units[0] == unit]
                 for label, done in final_units(program.ops[rank], unit_uses(program.ops[rank], unit_starts)).items()
             }
-        gathers = (
+        gathers, first_use, first_step = (
             _param_gathers(program.ops[rank], layout, p, t, unit_starts, groups, stage_buckets, param_bucket)
             if overlap_param_gather
-            else []
+            else ([], {}, "")
         )
-        first_use = {use: j for j, (use, _) in enumerate(gathers)}
-        out: list[Op] = [gathers[0][1]] if gathers else []
+        out: list[Op] = []
         for op in program.ops[rank]:
-            if op.label in first_use:  # the forward piece where a bucket is first used waits for its weights
+            if op.label in first_use:  # a bucket's first forward piece: the next bucket's gather starts
                 j = first_use[op.label]
-                out.extend(
-                    gather for _, gather in gathers[j + 1 : j + 2]
-                )  # the next bucket's, as this one's use starts
-                op = dataclasses.replace(op, deps=(*op.deps, gathers[j][1].label))
+                out.extend(gathers[j + 1 : j + 2])
+                if j > 0:  # and it waits for its own (the first bucket's ran beside the last step's update)
+                    op = dataclasses.replace(op, deps=(*op.deps, gathers[j].label))
             if isinstance(op, Compute) and op.phase == Phase.OPT:
                 kind = Comm.ALL_REDUCE if zero_stage == 0 else Comm.REDUCE_SCATTER
                 shard = (
@@ -168,6 +166,8 @@ def add_data_parallel(
                     for expert_rank, members, total in sets(op.stage)
                     for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
+            if op.label == first_step:  # the next step's first bucket, once its stage's update has run
+                out.append(gathers[0])
         ops[rank] = out
     return dataclasses.replace(program, ops=ops)
 
@@ -181,26 +181,25 @@ def _param_gathers(
     groups: Callable[[int], list[range]],
     stage_buckets: Callable[[int, int, int | None, float], list[tuple[GradBucket, float]]],
     param_bucket: Callable[[GradBucket], ParamBucket],
-) -> list[tuple[str, Collective]]:
-    """(label of the piece that first uses it, the all-gather) of each bucket a rank's forwards
-    use, in that order (schedules.param_gather): the first at the step's start, each next one
-    after the compute before the previous one's use (and, on the stream, after that gather)."""
+) -> tuple[list[Collective], dict[str, int], str]:
+    """The weight all-gathers of the buckets a rank's forwards use, in that order; the piece where
+    each is first used -> its index; the optimizer step gather 0 follows (schedules.param_gather)."""
     uses = first_forward_uses(rank_ops, unit_starts, groups)
-    return [
-        (
-            use.first,
-            Collective(
-                "all_gather",
-                param_bucket(tag),
-                layout.dp_group(p, t),
-                size,
-                stream=DP_STREAM,
-                deps=uses[j - 1].before if j > 0 else (),
-            ),
+    steps = {op.stage: op.label for op in rank_ops if isinstance(op, Compute) and op.phase == Phase.OPT}
+    first_step = steps[uses[0].stage] if uses else ""
+    gathers = [
+        Collective(
+            "all_gather",
+            param_bucket(tag),
+            layout.dp_group(p, t),
+            size,
+            stream=DP_STREAM,
+            deps=uses[j - 1].before if j > 0 else (first_step,),
         )
         for j, use in enumerate(uses)
         for tag, size in [stage_buckets(use.stage, t, None, 0.0)[use.bucket]]
     ]
+    return gathers, {use.first: j for j, use in enumerate(uses)}, first_step
 
 
 def _gradient_sets(

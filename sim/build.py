@@ -15,6 +15,7 @@ from clustersim.schedules.data_parallel import add_data_parallel, bucket_sizes
 from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.order import split_steps
+from clustersim.schedules.param_gather import first_forward_stages
 from clustersim.schedules.pipeline import build_program, placement, rank_order
 from clustersim.schedules.stage_pieces import unit_starts
 from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan, add_tensor_parallel
@@ -215,6 +216,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         moe_layers=moe.moe_layers(m.layers) if moe is not None else (),
     )
     placements = replica_placements(scenario)
+    order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
     step = TrainingStep(
         scenario.num_microbatches,
         n.micro_batch,
@@ -222,9 +224,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         n.optimizer,
         n.lr,
         recompute_full=scenario.training.recompute == "full",  # selective changes no arithmetic of the shadow
-        split_backward=frozenset(
-            split_steps(rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual))
-        ),
+        split_backward=frozenset(split_steps(order)),
     )
     if p.dp == 1 and p.tp == 1:
         return PipelineNumerics(cfg, placements[0], step)
@@ -250,7 +250,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
             tp_comm_overlap=p.megatron.tp_comm_overlap,
         ),
         groups,
-        gather_at_start=p.dp > 1 and p.megatron.overlap_param_gather,
+        first_forward_stages(order) if p.megatron.overlap_param_gather and p.dp > 1 else None,
     )
 
 

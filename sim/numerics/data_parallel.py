@@ -10,13 +10,9 @@ A stage's gradients (and weights) are flattened and cut into buckets and chunks 
 sim/numerics/buckets.py says (ZeRO 3: a bucket per unit); the collectives' tags (schedules.tags)
 name the stage, the set and the bucket (or unit) they carry. Under ZeRO 3 a rank keeps only its
 chunks of the weights between ops: the rest is NaN, so a piece that runs without its unit's
-gather poisons the result instead of passing by accident.
-
-With the weight all-gather overlapped with the next forward (`gather_at_start`, ZeRO 1-2:
-schedules.param_gather) a step starts where the previous one's sharded update left the weights:
-each rank holds only its chunks (the rest NaN) until the step's gathers bring the others, and it
-ends holding the updated weights only in its chunks, which the check puts together from every
-rank as under ZeRO 3 (the next step's gathers would spread them).
+gather poisons the result instead of passing by accident. So under ZeRO 1-2 with the gathers
+overlapping the next forward (schedules.param_gather): a rank starts with its chunks and its first
+forward's first bucket (gathered beside the last update), the check takes every rank's chunks.
 
 With tensor parallelism t, replica d is t pipelines, one per tensor-parallel rank, each holding
 its shards (a PipelineNumerics with tp = t); the data-parallel groups join the pipelines of equal
@@ -63,7 +59,7 @@ class DataParallelNumerics:
         buckets: dict[tuple[str, int], int],
         sharding: Sharding = UNSHARDED,
         unit_buckets: Callable[[int], list[range]] | None = None,
-        gather_at_start: bool = False,
+        next_step_gathers: frozenset[int] | None = None,
     ):
         """`replicas`: every pipeline's placement, replica-major: pipeline i is tensor-parallel rank
         i % tp of data-parallel replica i // tp. `buckets[(set, stage)]`: how many buckets the
@@ -71,14 +67,13 @@ class DataParallelNumerics:
         experts) or "egrads" (those experts, ep > 1). `sharding`: the split of every pipeline
         (its ranks are each pipeline's own). `unit_buckets(stage)`: the units in each "grads"
         bucket of whole units (overlapped; ZeRO 3 default: one each), flattened unit by unit.
-        `gather_at_start`: ZeRO 1-2's weight all-gathers run at the step's start (module docstring)."""
+        `next_step_gathers`: gathers overlapped, these stages' first bucket whole (module docstring)."""
         tp, ep = sharding.tp, sharding.ep
         self.cfg, self.step, self.zero, self.tp = cfg, step, zero, tp
-        self.sharded_between_steps = zero == 3 or gather_at_start
+        self.sharded_between_steps = zero == 3 or next_step_gathers is not None
         self.dp, self.ep = len(replicas) // tp, ep
-        rows = step.rows
-        self.tokens, self.targets = make_batch(cfg, step.seed, self.dp * rows)  # (dp*m*b, s)
-        rows_of = [slice(d * rows, (d + 1) * rows) for d in range(self.dp)]  # replica d's rows of the batch
+        self.tokens, self.targets = make_batch(cfg, step.seed, self.dp * step.rows)  # (dp*m*b, s)
+        rows_of = [slice(d * step.rows, (d + 1) * step.rows) for d in range(self.dp)]  # replica d's rows of the batch
         data = [(self.tokens[r], self.targets[r]) for r in rows_of]
         self.replicas = [
             PipelineNumerics(cfg, where, step, sharding.at(tp_rank=i % tp, ep_rank=i // tp % ep), data=data[i // tp])
@@ -99,7 +94,7 @@ class DataParallelNumerics:
                 params, names = self._stage(rank, stage).params, self._names(rank, stage, "grads")
                 self.buckets.fix("grads", stage, unit_sizes(params, names, self.unit_of[stage], groups(stage)))
                 if self.sharded_between_steps:
-                    self._keep_only_own_chunks(rank, stage)
+                    self._keep_only_own_chunks(rank, stage, 0 if stage in (next_step_gathers or ()) else None)
 
     # -- a rank's stages, sets and chunks --------------------------------------------------------
 
@@ -124,13 +119,13 @@ class DataParallelNumerics:
         """This rank's chunk of the bucket [lo, hi) of set `what` (Buckets.chunk)."""
         return self.buckets.chunk(self.replica_of[rank] // self.tp, what, lo, hi)
 
-    def _keep_only_own_chunks(self, rank: int, stage: int) -> None:
+    def _keep_only_own_chunks(self, rank: int, stage: int, whole: int | None = None) -> None:
         params = self._stage(rank, stage).params
         names = self._names(rank, stage, "grads")
         weights = flat(params, names)
         kept = np.full_like(weights, np.nan)
-        for lo, hi in self.buckets.bounds("grads", stage, weights.size):
-            a, b = self._chunk(rank, "grads", lo, hi)
+        for bucket, (lo, hi) in enumerate(self.buckets.bounds("grads", stage, weights.size)):
+            a, b = (lo, hi) if bucket == whole else self._chunk(rank, "grads", lo, hi)
             kept[a:b] = weights[a:b]
         unflat(kept, params, names)
 
@@ -205,14 +200,13 @@ class DataParallelNumerics:
                 a, b = self._chunk(rank, what, lo, hi)
                 values[lo:hi] = np.nan
                 values[a:b] = result / self.dp
-        else:  # all_gather: member after member (group order), each one's chunks bucket by bucket
-            chosen = [bounds[tag.bucket if isinstance(tag, ParamBucket) else tag.unit]]
+        else:  # all_gather of a bucket (zero 3: a unit): member after member (group order), each one's chunk
+            lo, hi = bounds[tag.bucket if isinstance(tag, ParamBucket) else tag.unit]
             offset = 0
             for member in op.group:
-                for lo, hi in chosen:
-                    a, b = self._chunk(member, what, lo, hi)
-                    values[a:b] = result[offset : offset + b - a]
-                    offset += b - a
+                a, b = self._chunk(member, what, lo, hi)
+                values[a:b] = result[offset : offset + b - a]
+                offset += b - a
             if isinstance(tag, ParamGather):  # ZeRO 3: a copy for the one piece that asked for it (prefetch)
                 self.gathered[(rank, tag.consumer)] = (tag.unit, values)
                 return
@@ -237,9 +231,8 @@ class DataParallelNumerics:
             unflat(params, stage_model.params, names)
 
     def finish(self) -> dict:
-        """Every replica's weights (sharded between steps: put together from every rank's chunks;
-        tensor parallelism: from every rank's shards, and each rank's whole copies) against one
-        device on the global batch."""
+        """Every replica's weights (from every rank's chunks when sharded between steps, every tp
+        rank's shards, and each rank's whole copies) against one device on the global batch."""
         step = self.step
         ref = reference_step(
             self.cfg, init_params(self.cfg, step.seed), self.tokens, self.targets, step.optimizer, step.lr
@@ -285,8 +278,7 @@ class DataParallelNumerics:
         return self.replicas[(first + e // (self.cfg.moe.num_experts // self.ep)) * self.tp + i % self.tp]
 
     def _gathered_stage(self, i: int, stage: Stage) -> dict[str, np.ndarray]:
-        """A stage's parameters put together from every data-parallel rank's chunks (ZeRO 3, or
-        ZeRO 1-2 with the gathers at the step's start)."""
+        """Sharded between steps: a stage's parameters put together from every rank's chunks."""
         rank = self.replicas[i].stage_to_rank[stage.stage]
         names = self._names(rank, stage.stage, "grads")
         whole = np.full_like(flat(stage.params, names), np.nan)
