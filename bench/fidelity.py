@@ -142,12 +142,19 @@ def simulated(row: Row, max_memory: str | None = None, compute_model: str | None
     """(the row's figure, its step seconds) from clustersim: the figure is the step time, or the
     paper's FLOPs per GPU per second (TFLOP/s). `max_memory` refuses a run whose estimate exceeds
     it, as the CLI's --max-memory does; `compute_model` replaces the scenario's
-    cluster.compute_model (roofline or kernel) for every row alike."""
+    cluster.compute_model (roofline or kernel) for every row alike. The roofline has neither FP8
+    nor the tensor-parallel collectives' overlap with the GEMMs (a scenario asking for them with it
+    is an error), so on it those rows run BF16 with their collectives blocking."""
     path = ROOT / "scenarios" / "calibration" / f"{row.scenario}.yaml"
     scenario = load_scenario(path)
     if compute_model is not None:
         cluster = scenario.cluster.model_copy(update={"compute_model": compute_model})
         scenario = scenario.model_copy(update={"cluster": cluster})
+    if scenario.cluster.compute_model == "roofline":
+        megatron = scenario.parallel.megatron.model_copy(update={"tp_comm_overlap": False})
+        parallel = scenario.parallel.model_copy(update={"megatron": megatron})
+        training = scenario.training.model_copy(update={"fp8": False})
+        scenario = scenario.model_copy(update={"parallel": parallel, "training": training})
     if max_memory is not None:
         check_resources(str(path), scenario, max_memory)
     step_s = simulate(scenario).summary["step_time_s"]

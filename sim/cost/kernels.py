@@ -40,10 +40,11 @@ KERNEL_CLASSES = ("gemm", "attention_core", "elementwise", "optimizer")
 Pair = tuple[list["Kernel"], list["Kernel"]]  # a piece's forward kernels and its backward kernels
 ITEMS = ("attn", "mlp", "embed", "head", "router", "experts")
 
-# Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py) in fp32
-# over each rank's (T x V/t) logits, bytes per logit: forward cast 2 + 4, subtract the max 4 + 4,
-# exp 4 + 4, sum 4 = 26; backward softmax minus one-hot, scaled 4 + 4, cast for the GEMM 4 + 2 = 14.
-CROSS_ENTROPY_FORWARD_BYTES = 26
+# Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py; 2022's mpu/
+# the same) in fp32 over each rank's (T x V/t) logits, bytes per logit: forward cast 2 + 4, max 4,
+# subtract it 4 + 4, exp 4 + 4, sum 4, divide (the softmax the backward keeps) 4 + 4 = 38;
+# backward softmax minus one-hot, scaled 4 + 4, cast for the GEMM 4 + 2 = 14.
+CROSS_ENTROPY_FORWARD_BYTES = 38
 CROSS_ENTROPY_BACKWARD_BYTES = 14
 # The router's fp32 softmax and top-k over (T/t x E) scores: read and write 4 + 4; backward 4 + 4 + 4.
 ROUTER_SOFTMAX_FORWARD_BYTES = 8

@@ -8,6 +8,7 @@ import pytest
 from clustersim.schedules.ir import Compute, Phase
 from clustersim.sim.build import compute_time_fn, make_program
 from clustersim.sim.cost import compute as cost
+from clustersim.sim.cost import gemm
 from clustersim.sim.cost.kernel_times import KernelTimes
 from clustersim.sim.cost.kernels import LayerKernels, Shapes
 from clustersim.sim.scenario.chips import CHIPS
@@ -36,6 +37,20 @@ def test_forward_kernel_flops_are_megatrons_layer_formula(flash, gated):
     assert flops(layer.attn().forward) * t == pytest.approx(cost.attention_forward_flops(b, s, h), rel=1e-12)
     assert flops(layer.mlp().forward) * t == pytest.approx(cost.mlp_forward_flops(b, s, h, sh.ffn, gated), rel=1e-12)
     assert flops(layer.head().forward) * t == pytest.approx(cost.head_forward_flops(b, s, h, sh.vocab), rel=1e-12)
+
+
+def test_the_cross_entropy_makes_megatrons_passes_over_the_fp32_logits():
+    """megatron/core/tensor_parallel/cross_entropy.py on each rank's (T x V/t) logits, cast to fp32
+    by the caller (logits.float(): read 2, write 4 bytes), then max (read 4), subtract it in place,
+    exp in place (read and write 4 each), sum (read 4), divide in place (read and write 4): 38 bytes
+    a logit forward; the backward scales the kept softmax in place (4 + 4) and casts it back for the
+    logits' GEMMs (4 + 2): 14."""
+    head = LayerKernels(CHIP, GPU, GPT3).item("head")
+    logits = GPT3.micro_batch * GPT3.seq_len * GPT3.vocab // GPT3.tp
+    forward = next(k for k in head.forward if k.name == "cross-entropy")
+    backward = next(k for k in head.backward if k.name == "cross-entropy backward")
+    assert forward.time_s == pytest.approx(gemm.elementwise_time_s(CHIP, GPU, logits * 38), rel=1e-12)
+    assert backward.time_s == pytest.approx(gemm.elementwise_time_s(CHIP, GPU, logits * 14), rel=1e-12)
 
 
 @pytest.mark.parametrize("item", ["attn", "mlp", "head"])
