@@ -20,7 +20,7 @@ most prefetch + 1 gathered units exist at once on a rank (schedules.zero3). With
 (Megatron-LM's overlap_grad_reduce) stages 0-2 bucket by whole layers instead and start each
 bucket inside the last backward; the bytes are the same. With `overlap_param_gather` as well
 (stages 1, 2) each bucket's weights are gathered one bucket ahead of the next step's forward, the
-first beside the optimizer step (schedules.param_gather); again the same bytes.
+first after its stage's optimizer step (schedules.param_gather); again the same bytes.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def add_data_parallel(
     every layer; the gradients are bucketed by whole units (zero3.unit_buckets) and each bucket's
     collective starts when its units' part of the last backward has ended, overlapping the rest.
     `overlap_param_gather` (stages 1-2 with `overlap`, Megatron-LM's overlap_param_gather): each
-    bucket's weights are gathered one bucket ahead of the next step's forward, the first beside
-    the optimizer step (schedules.param_gather), not all after it.
+    bucket's weights are gathered one bucket ahead of the next step's forward, the first after its
+    stage's optimizer step (schedules.param_gather), not all after the steps.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -125,7 +125,7 @@ def add_data_parallel(
             if op.label in first_use:  # a bucket's first forward piece: the next bucket's gather starts
                 j = first_use[op.label]
                 out.extend(gathers[j + 1 : j + 2])
-                if j > 0:  # and it waits for its own (the first bucket's ran beside the last step's update)
+                if j > 0:  # and it waits for its own (the first bucket's ran after the last step's update)
                     op = dataclasses.replace(op, deps=(*op.deps, gathers[j].label))
             if isinstance(op, Compute) and op.phase == Phase.OPT:
                 kind = Comm.ALL_REDUCE if zero_stage == 0 else Comm.REDUCE_SCATTER

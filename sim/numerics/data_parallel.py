@@ -12,7 +12,7 @@ name the stage, the set and the bucket (or unit) they carry. Under ZeRO 3 a rank
 chunks of the weights between ops: the rest is NaN, so a piece that runs without its unit's
 gather poisons the result instead of passing by accident. So under ZeRO 1-2 with the gathers
 overlapping the next forward (schedules.param_gather): a rank starts with its chunks and its first
-forward's first bucket (gathered beside the last update), the check takes every rank's chunks.
+forward's first bucket (gathered after the last update), the check takes every rank's chunks.
 
 With tensor parallelism t, replica d is t pipelines, one per tensor-parallel rank, each holding
 its shards (a PipelineNumerics with tp = t); the data-parallel groups join the pipelines of equal
