@@ -11,16 +11,18 @@ consecutive units in the rank's compute order (sim.cost.units.peak_gathered_byte
 for ZeRO 3, where it is an upper bound: the gathered units' peak and the activations' are added,
 though they need not come at the same moment.
 
-Step time, for the pipeline rank that works longest:
+Step time:
 
-    step = pipeline(f, b) + exposed data parallel + optimizer
+    step = pipeline(f, b) + exposed data parallel + optimizer (the larger of the end ranks')
 
     f = forward of one chunk (stage_forward_flops / (peak x efficiency), or its kernels' time with
         cluster.compute_model: kernel; the rank's mean over its chunks) + its layers' tensor-parallel
         collectives (2 per layer each way, 2 more when a full recompute re-runs the forward; 2
         all-to-alls per MoE layer each way) + one activation send
     b = the same for the backward: 2 x forward FLOPs + recompute FLOPs
-    pipeline(f, b) = the schedule played with those op times (sim.plan.timeline)
+    pipeline(f, b) = the schedule played with the slowest rank's op times (sim.plan.timeline), less
+        what each other rank's chunk is short of them (the embedding's, the head's and the middle
+        ranks' differ), once each: the fill and drain pass every rank once
     exposed data parallel = the gradient reduction (all-reduce, or reduce-scatter for ZeRO >= 1)
         beyond the rank's last backward, which hides it, + ZeRO 1/2's weight all-gather after the
         step + ZeRO 3's per-op gathers beyond the op they prefetch for
@@ -122,8 +124,21 @@ def estimate(scenario: Scenario, fabric: Fabric) -> Estimate:
     """Memory peak and estimated step time (module docstring)."""
     memory = memory_peak_bytes(scenario)
     capacity = scenario.gpu_spec.memory_bytes
-    ends = sorted({0, scenario.parallel.pp - 1})  # the embedding's and the LM head's ranks: the longest
-    return Estimate(max(_rank_step_s(scenario, fabric, r) for r in ends), memory, capacity)
+    pp = scenario.parallel.pp
+    # the embedding's rank, a middle one (neither embedding nor head: all the middle ones alike), the head's
+    kinds = sorted({0, pp // 2, pp - 1})
+    ranks = {r: _rank_times(scenario, fabric, r) for r in kinds}
+    kind_of = [r if r in (0, pp - 1) else pp // 2 for r in range(pp)]
+    slowest = max(kinds, key=lambda r: ranks[r][0] + ranks[r][1])
+    f, b, _ = ranks[slowest]
+    # every rank played at the slowest rank's chunk times, less what the others spend short of it:
+    # a pipeline's fill and drain pass each rank once (exact for one chunk per rank, GPipe and 1F1B)
+    shortfall = sum(f + b - ranks[kind_of[r]][0] - ranks[kind_of[r]][1] for r in range(pp) if r != slowest)
+    ratio = round(b / f, 2)  # the played makespan scales with f at a fixed b / f: one play per ratio
+    p = scenario.parallel
+    played = f * play(scenario.schedule, pp, scenario.num_microbatches, p.virtual, 1.0, ratio).makespan
+    pipeline_s = max(played - shortfall, scenario.num_microbatches * p.virtual * (f + b))
+    return Estimate(pipeline_s + max(ranks[r][2] for r in sorted({0, pp - 1})), memory, capacity)
 
 
 _FABRICS: dict[str, Fabric] = {}  # per process (a Dask worker's): each cluster's collectives timed once
@@ -153,7 +168,9 @@ def _stages_of(scenario: Scenario, rank: int) -> list[int]:
     return [chunk * p.pp + rank for chunk in range(p.virtual)]
 
 
-def _rank_step_s(scenario: Scenario, fabric: Fabric, rank: int) -> float:
+def _rank_times(scenario: Scenario, fabric: Fabric, rank: int) -> tuple[float, float, float]:
+    """A pipeline rank's (forward, backward) of one chunk, its mean over its chunks, and what its
+    step adds after the pipeline: the exposed data parallelism and the optimizer."""
     p, m, t, gpu = scenario.parallel, scenario.model_spec, scenario.training, scenario.gpu_spec
     layout = layout_of(scenario)
     stages = _stages_of(scenario, rank)
@@ -179,8 +196,6 @@ def _rank_step_s(scenario: Scenario, fabric: Fabric, rank: int) -> float:
         forward += forward_s + layers * 2 * tp_s + 2 * moe * a2a_s + send_s
         backward += backward_s + comm_back + send_s
     f, b = forward / p.virtual, backward / p.virtual  # one chunk's mean
-    ratio = round(b / f, 2)  # the played makespan scales with f at a fixed b / f: one play per ratio
-    pipeline_s = f * play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, ratio).makespan
     dp_group = layout.dp_group(rank, 0)
     grads = sum(weight_bytes(scenario, s) for s in stages)
     reduce_s = fabric.seconds("all_reduce" if p.zero == 0 else "reduce_scatter", dp_group, grads)
@@ -192,7 +207,7 @@ def _rank_step_s(scenario: Scenario, fabric: Fabric, rank: int) -> float:
         exposed += scenario.num_microbatches * p.virtual * (max(0.0, gather_s - f) + max(0.0, gather_s - b))
     params = sum(stage_params(scenario, s) for s in stages) / (p.dp if p.zero >= 1 else 1)
     optimizer_s = cost.memory_time_s(params * cost.ADAM_BYTES_PER_PARAM, gpu.hbm_bandwidth_Bps)
-    return pipeline_s + exposed + optimizer_s
+    return f, b, exposed + optimizer_s
 
 
 def _compute_s(scenario: Scenario, flops: float) -> float:
