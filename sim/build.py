@@ -5,7 +5,6 @@ model's numerics and the compute cost of an op. Pure functions of the scenario."
 from __future__ import annotations
 
 import functools
-import gc
 from collections.abc import Callable, Collection
 from operator import attrgetter
 
@@ -22,6 +21,7 @@ from clustersim.schedules.tensor_parallel import PieceCosts, TensorParallelPlan,
 from clustersim.schedules.validate import validate
 from clustersim.schedules.zero3 import UnitStarts
 from clustersim.sim.collectives.nccl import NCCL
+from clustersim.sim.collector import collector_paused
 from clustersim.sim.cost import compute as cost
 from clustersim.sim.cost.kernel_times import KernelTimes, piece_item_flops
 from clustersim.sim.cost.stages import (
@@ -283,14 +283,7 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
 def program_of(scenario: Scenario, exact: bool = False) -> Program:
     """The program `simulate` runs: the representatives' when the run is symmetric (and not
     `exact`), else every rank's. Built with the cyclic collector paused, as the engine runs: its
-    ops (hundreds of thousands on a big run) live to the end, and the collector would rescan
-    them again and again while they are made; then they are moved out of its sight (gc.freeze)."""
+    ops (hundreds of thousands on a big run) live to the end (sim.collector)."""
     symmetry = None if exact else symmetry_of(scenario)
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return make_program(scenario, symmetry.representatives if symmetry is not None else None, dry_run=False)
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from clustersim.schedules.pipeline import SCHEDULES
 from clustersim.sim.build import layout_of, make_program, pipelines_of, symmetry_of
+from clustersim.sim.collector import collector_paused
 from clustersim.sim.scenario.schema import Scenario
 
 BASE_BYTES = 100e6  # the interpreter, numpy, networkx, simpy and a small fabric: 70-110 MB measured
@@ -112,5 +113,7 @@ def _resized(scenario: Scenario, microbatches: int, layers: int) -> Scenario:
 
 
 def _ops(scenario: Scenario, pipeline: tuple[int, ...]) -> int:
-    """The ops of one pipeline's ranks in the scenario's program."""
-    return sum(len(ops) for ops in make_program(scenario, pipeline[:1], check=False).ops.values())
+    """The ops of one pipeline's ranks in the scenario's program (made with the collector paused,
+    as the run's is: on a big run these samples are a pipeline's worth of ops, sim.collector)."""
+    with collector_paused(keep=False):
+        return sum(len(ops) for ops in make_program(scenario, pipeline[:1], check=False).ops.values())

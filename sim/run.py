@@ -19,6 +19,7 @@ from clustersim.sim.build import (
     replica_placements,
     symmetry_of,
 )
+from clustersim.sim.collector import collector_paused
 from clustersim.sim.cost.compute import boundary_activation_bytes
 from clustersim.sim.cost.memory import model_state_bytes
 from clustersim.sim.cost.stages import layer_activation_bytes, stage_params
@@ -53,23 +54,24 @@ def simulate(
     `program`: one already made by program_of or make_program; `exact`: walk every rank and move every
     collective's flows, no symmetry (sim.scale.symmetry) and no replays (sim.scale.shortcut), for checking
     that those change nothing)."""
-    # build
-    program = program or program_of(scenario, exact)
-    graph = build_topology(scenario)
-    scale = make_scale(program, graph, symmetry_of(scenario), replays=not exact)
-    numerics = make_numerics(scenario)
-    # run
-    log = run_program(
-        program, scale.network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress, scale=scale
-    )
-    # post-process
-    memory = memory_of(scenario, log)
-    summary = summarize(scenario, program, log, memory, numerics.finish() if numerics else None, scale.symmetry)
-    summary["replayed_groups"] = scale.replayed_groups
-    if isinstance(scale, Symmetric):
-        summary["symmetry"]["messages_per_flow"] = scale.messages_per_flow
-    summary |= straggler_summary(log)
-    return RunResult(scenario, program, graph, log, memory, summary)
+    with collector_paused():  # all of it lives on in the RunResult (sim.collector)
+        # build
+        program = program or program_of(scenario, exact)
+        graph = build_topology(scenario)
+        scale = make_scale(program, graph, symmetry_of(scenario), replays=not exact)
+        numerics = make_numerics(scenario)
+        # run
+        log = run_program(
+            program, scale.network, compute_time_fn(scenario), numerics=numerics, on_progress=on_progress, scale=scale
+        )
+        # post-process
+        memory = memory_of(scenario, log)
+        summary = summarize(scenario, program, log, memory, numerics.finish() if numerics else None, scale.symmetry)
+        summary["replayed_groups"] = scale.replayed_groups
+        if isinstance(scale, Symmetric):
+            summary["symmetry"]["messages_per_flow"] = scale.messages_per_flow
+        summary |= straggler_summary(log)
+        return RunResult(scenario, program, graph, log, memory, summary)
 
 
 def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:

@@ -12,12 +12,11 @@ bit, run after run.
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 
 from clustersim.schedules.ir import Collective, Compute, Op, Program, Recv, Send
+from clustersim.sim.collector import collector_paused
 from clustersim.sim.engine.collective import CollectiveHandler
 from clustersim.sim.engine.compute import ComputeHandler
 from clustersim.sim.engine.numerics import Numerics
@@ -53,7 +52,7 @@ def run_program(
         raise ValueError("the scale moves bytes on another network than the run's")
     if scale.symmetry is not None and numerics is not None:
         raise ValueError("a symmetric run walks representatives only: it runs no numerics")
-    with _collector_paused():
+    with collector_paused():
         return _run(program, scale, compute_time_s, numerics, on_progress)
 
 
@@ -95,20 +94,3 @@ def _streams(ops: list[Op]) -> Iterator[tuple[str, list[Op]]]:
     for op in ops:
         streams[op.stream].append(op)
     return iter(streams.items())
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for the run. A run allocates millions of small objects
-    that live to the end (spans, events); the collector would rescan them again and again (half
-    the run time on a long pipeline) while reference counting frees the short-lived ones. At the
-    end the survivors are moved out of the collector's sight (gc.freeze), or its first pass after
-    the run would scan them all once more."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()
