@@ -30,12 +30,17 @@ from clustersim.sim.cost.stages import (
     partial_grad_params,
     stage_forward_flops,
     stage_layer_range,
-    stage_moe_layers,
     stage_params,
     stage_weight_gradient_flops,
     weight_bytes,
 )
-from clustersim.sim.cost.units import cut_unit_layers, layer_bytes, unit_bucket_groups, unit_weight_bytes
+from clustersim.sim.cost.units import (
+    cut_unit_layers,
+    layer_bytes,
+    tensor_parallel_plan,
+    unit_bucket_groups,
+    unit_weight_bytes,
+)
 from clustersim.sim.numerics.data_parallel import DataParallelNumerics
 from clustersim.sim.numerics.moe import MoEConfig
 from clustersim.sim.numerics.pipeline import PipelineNumerics
@@ -115,16 +120,7 @@ def make_program(
         for ranks in pipelines_of(layout)
         if representatives is None or ranks[0] in representatives
     ]
-    moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
-    recompute_full, overlap = t.recompute == "full", p.megatron.tp_comm_overlap
-    plan = TensorParallelPlan(
-        moe_layers.__getitem__,
-        p.sequence_parallel,
-        recompute_full,
-        cut_unit_layers(p),
-        p.scatter_gather_messages,
-        overlap,
-    )
+    plan = tensor_parallel_plan(scenario)
     item_flops, item_weight_flops = piece_item_flops(scenario)
     program = add_tensor_parallel(
         Program.merge(replicas),

@@ -33,12 +33,11 @@ from clustersim.schedules.ir import Compute, Phase, Program
 from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import rank_order
 from clustersim.schedules.stage_pieces import UNIT_ITEM
-from clustersim.schedules.tensor_parallel import tp_stage_plan
 from clustersim.schedules.tp_overlap import parse_segment
 from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes
 from clustersim.sim.cost.optimizer_step import accumulation_bytes, accumulation_kernels, optimizer_kernels
-from clustersim.sim.cost.stages import stage_moe_layers, tensor_parallel_item_flops, tensor_parallel_item_weight_flops
-from clustersim.sim.cost.units import cut_unit_layers
+from clustersim.sim.cost.stages import tensor_parallel_item_flops, tensor_parallel_item_weight_flops
+from clustersim.sim.cost.units import tensor_parallel_plan
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.schema import Scenario
 
@@ -91,6 +90,7 @@ class KernelTimes:
         names = ("attn", "mlp", "embed", "head") + (("router", "experts") if scenario.model_spec.moe else ())
         self.items = {name: layer.item(name) for name in names}
         self._classes: dict[Key, tuple[float, ...]] = {}
+        self.plan = tensor_parallel_plan(scenario)
         sms = scenario.parallel.megatron.tp_comm_overlap_sms.model_dump()
         self.pipelined = {  # a pipelined reduce-scatter's GEMM, on the SMs its kernels leave
             item: self._exit(
@@ -113,20 +113,10 @@ class KernelTimes:
         return split_steps(rank_order(s.schedule, p.pp, s.num_microbatches, p.virtual))
 
     def _pieces(self, phase: Phase, stage: int, recompute_full: bool) -> list[list[str]]:
+        """The work items of each piece the program cuts the op into (sim.cost.units.tensor_parallel_plan)."""
         p = self.scenario.parallel
-        plan = tp_stage_plan(
-            phase,
-            stage_moe_layers(self.scenario, stage),
-            stage == 0,
-            stage == p.num_stages - 1,
-            p.sequence_parallel,
-            recompute_full,
-            tp=p.tp,
-            ep=p.ep,
-            unit_layers=cut_unit_layers(p),  # as the program cuts its ops (ZeRO 3 units, overlapped reductions)
-            overlap=p.megatron.tp_comm_overlap,
-        )
-        return [list(items) for items, _, _ in plan]
+        plan = dataclasses.replace(self.plan, recompute_full=recompute_full)
+        return [list(items) for items, _, _ in plan.stage_plan(phase, stage, p.num_stages, p.tp, p.ep)]
 
     def _item_kernels(self, item: str, split: bool) -> list[Kernel]:
         """A work item's kernels, or a segment's (schedules.tp_overlap); `split`: less the W part."""

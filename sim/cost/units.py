@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.schedules.ir import Phase
+from clustersim.schedules.tensor_parallel import TensorParallelPlan
 from clustersim.schedules.zero3 import unit_buckets, unit_ranges
-from clustersim.sim.cost.stages import layers_params, stage_layer_range
+from clustersim.sim.cost.stages import layers_params, stage_layer_range, stage_moe_layers
 from clustersim.sim.scenario.schema import Scenario
 from clustersim.sim.scenario.sections import ParallelSection
 
@@ -47,6 +48,22 @@ def cut_unit_layers(p: ParallelSection) -> int | None:
     if p.dp == 1:
         return None
     return p.zero3_unit_layers if p.zero == 3 else 1 if p.megatron.overlap_grad_reduce else None
+
+
+def tensor_parallel_plan(scenario: Scenario) -> TensorParallelPlan:
+    """How the program cuts each stage op into pieces (schedules.tensor_parallel), which the kernel
+    model's times follow piece by piece: at the tensor-parallel collectives, the MoE layers'
+    all-to-alls, the units above, and the overlapped GEMMs' edges."""
+    p = scenario.parallel
+    moe_layers = [stage_moe_layers(scenario, stage) for stage in range(p.num_stages)]
+    return TensorParallelPlan(
+        moe_layers.__getitem__,
+        p.sequence_parallel,
+        scenario.training.recompute == "full",
+        cut_unit_layers(p),
+        p.scatter_gather_messages,
+        p.megatron.tp_comm_overlap,
+    )
 
 
 def layer_bytes(scenario: Scenario, stage: int) -> list[float]:
