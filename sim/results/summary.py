@@ -4,8 +4,8 @@ memory timeline and the numerics' verdict."""
 from __future__ import annotations
 
 from clustersim.schedules.ir import Program
+from clustersim.sim.cost.kernel import KERNEL_CLASSES
 from clustersim.sim.cost.kernel_times import KernelTimes
-from clustersim.sim.cost.kernels import KERNEL_CLASSES
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results import metrics
 from clustersim.sim.results.breakdown import message_departures, step_breakdown
