@@ -125,7 +125,9 @@ class Network:
         """Many messages at once (arrays of GPU indices and byte counts); the event fires when the
         last has landed."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape)
+        nbytes = np.asarray(nbytes, dtype=float)
+        if nbytes.shape != src.shape:  # (a pipeline's messages come with theirs: no view to make)
+            nbytes = np.broadcast_to(nbytes, src.shape)
         return self._start_group(src, dst, nbytes, label, None, None)
 
     def _start_group(self, src, dst, nbytes, label, done, payload) -> simpy.Event:
@@ -134,9 +136,11 @@ class Network:
         gid = self.ledger.group(label)
         key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
         plan = kept(self._plans, key, len(src), lambda: self._plan(src, dst, nbytes))
-        src, dst, nbytes, latency, idle, ptr, links, per_pair, columns, full_src, full_dst, bundle = plan
-        land_s = now + float(latency[idle].max()) if idle.any() else now
-        if idle.any():  # zero-byte messages still pay the path latency; a message to oneself pays nothing
+        src, dst, nbytes, latency, idle, idle_s, ptr, links, distinct, per_pair, columns, full_src, full_dst, bundle = (
+            plan
+        )
+        land_s = now + idle_s if idle_s is not None else now
+        if idle_s is not None:  # zero-byte messages still pay the path latency; a message to oneself pays nothing
             self._record_idle(src, dst, idle, nbytes, now, now + latency, gid, full_src, full_dst)
         n = len(ptr) - 1
         group = _Group(n, land_s, done or self.env.event(), payload)
@@ -144,7 +148,7 @@ class Network:
         if n == 0:
             self._land(gid)
             return group.done
-        self.ledger.add_bytes(links, per_pair)
+        self.ledger.add_bytes(links, per_pair, distinct)
         ids = cast(BundledFlows, self._flows).start(bundle, now, gid) if bundle is not None else None
         if ids is None:
             ids = self._flows.add(ptr, links, start=np.full(n, now), group=np.full(n, gid), **columns)
@@ -155,8 +159,9 @@ class Network:
         return group.done
 
     def _plan(self, src, dst, nbytes) -> tuple:
-        """What starting these messages needs besides the time (routes, moving ones, bytes per
-        link), which _start_group keeps per (sources, destinations, bytes): a run repeats a few."""
+        """What starting these messages needs besides the time (routes, moving ones and the latest
+        latency of the others, bytes per link and whether no link repeats), which _start_group keeps
+        per (sources, destinations, bytes): a run repeats a few."""
         if self.orbits is None:
             routed, full_src, full_dst, extra = src != dst, None, None, {}
             ptr, links, latency = self.routes.cached(src, dst, lambda s, d: self.routes.route(s, d, s != d))
@@ -177,7 +182,24 @@ class Network:
         bundle = None  # how its flows start on free links (sim.network.bundles)
         if self.orbits is not None and len(ptr) > 1:
             bundle = BundledFlows.template(self.orbits.capacity_Bps, ptr, links, columns)
-        return (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst, bundle)
+        idle_s = float(latency[~moving].max()) if not moving.all() else None
+        distinct = len(np.unique(links)) == len(links)
+        return (
+            src,
+            dst,
+            nbytes,
+            latency,
+            ~moving,
+            idle_s,
+            ptr,
+            links,
+            distinct,
+            per_pair,
+            columns,
+            full_src,
+            full_dst,
+            bundle,
+        )
 
     def _record_idle(self, src, dst, idle, nbytes, start, end, gid, full_src, full_dst) -> None:
         """Record messages that move no bytes (zero bytes, or to oneself) as delivered; in a
@@ -244,11 +266,17 @@ class Network:
         flows.finish(finished, self.env.now)
         self.reshares += 1
         self.flows_reshared += flows.last_refilled
-        for gid in np.unique(finished_groups).tolist():
+        landed: dict[int, list] = {}  # group id -> [flows landed, the last landing]
+        for gid, land_s, weight in zip(finished_groups.tolist(), landing.tolist(), weights.tolist()):
+            if (entry := landed.get(gid)) is None:
+                landed[gid] = [weight, land_s]
+            else:
+                entry[0] += weight
+                entry[1] = max(entry[1], land_s)
+        for gid in sorted(landed):
             group = self._groups[gid]
-            mine = finished_groups == gid
-            group.pending -= int(weights[mine].sum())
-            group.land_s = max(group.land_s, float(landing[mine].max()))
+            group.pending -= landed[gid][0]
+            group.land_s = max(group.land_s, landed[gid][1])
             if group.pending == 0:
                 self._land(gid)
         self._after_fill()
