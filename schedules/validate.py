@@ -41,7 +41,7 @@ def _whole_label(op: Compute) -> str:
 
 def _ends(ops: list[Op]) -> dict[str, str]:
     """Whole op label -> the label of its last piece (itself when whole), for a rank's ops."""
-    return {_whole_label(op): op.label for op in ops if isinstance(op, Compute)}
+    return {op.label if op.part is None else op.label.rpartition(".")[0]: op.label for op in ops if type(op) is Compute}
 
 
 def validate(
@@ -53,8 +53,9 @@ def validate(
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
-        _check_chains(pipeline)
-        _check_p2p(pipeline)
+        ends = {rank: _ends(pipeline.ops[rank]) for rank in pipeline.ranks}  # for chains and p2p
+        _check_chains(pipeline, ends)
+        _check_p2p(pipeline, ends)
     _check_collectives(program, joins)
     if dry_run:
         _check_deadlock(program, joins)
@@ -75,12 +76,15 @@ def _check_structure(program: Program) -> None:
 
 def _check_coverage_and_order(program: Program) -> None:
     found: dict[tuple[Phase, int | None, int], tuple[int, int]] = {}
+    counts: dict[str, int] = defaultdict(int)  # whole op label -> times run (its first piece counts)
     for rank in program.ranks:
-        seen: dict[str, Op] = {}
+        seen: dict[str, Op] = {}  # the rank's compute ops so far (a piece follows one), by label
         for i, op in enumerate(program.ops[rank]):
-            seen[op.label] = op
-            if not isinstance(op, Compute):
+            if type(op) is not Compute:
                 continue
+            seen[op.label] = op
+            if not op.part:
+                counts[op.label if op.part is None else op.label.rpartition(".")[0]] += 1
             owner = program.stage_to_rank.get(op.stage)
             if owner != rank:
                 raise ProgramError(f"{_where(rank, i, op)}: stage {op.stage} belongs to rank {owner}")
@@ -112,11 +116,8 @@ def _check_coverage_and_order(program: Program) -> None:
                 if (phase, mb, stage) not in found:
                     label = f"OPT@{stage}" if mb is None else f"{phase}{mb}@{stage}"
                     raise ProgramError(f"rank {program.stage_to_rank.get(stage)}: {label} is never run")
-    counts: dict[str, int] = defaultdict(int)
-    for rank in program.ranks:
-        for op in program.ops[rank]:
-            if isinstance(op, Compute) and not op.part:
-                counts[_whole_label(op)] += 1
+    if all(count == 1 for count in counts.values()):
+        return
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Compute) and not op.part and counts[_whole_label(op)] > 1:
@@ -135,19 +136,18 @@ def _check_piece(rank: int, i: int, op: Compute, seen: dict[str, Op]) -> None:
         )
 
 
-def _check_chains(program: Program) -> None:
+def _check_chains(program: Program, ends_of: dict[int, dict[str, str]]) -> None:
     for rank in program.ranks:
-        ops = program.ops[rank]
-        index = {op.label: i for i, op in enumerate(ops)}
-        ends = _ends(ops)
+        ops, ends, index = program.ops[rank], ends_of[rank], None
         for i, op in enumerate(ops):
-            if not isinstance(op, Compute) or op.phase not in (Phase.F, Phase.B) or op.part:
+            if type(op) is not Compute or op.part or (op.phase != Phase.F and op.phase != Phase.B):
                 continue  # OPT and W consume nothing from another stage
             src = op.stage - 1 if op.phase == Phase.F else op.stage + 1
             if not 0 <= src < program.num_stages:
                 continue
             needed = f"{op.phase}{op.microbatch}@{src}"
             if program.stage_to_rank[src] == rank:
+                index = index or {op.label: i for i, op in enumerate(ops)}
                 j = index.get(ends.get(needed, needed))
                 same_stream_before = j is not None and j < i and ops[j].stream == op.stream
                 if not (same_stream_before or ends.get(needed, needed) in op.deps):
@@ -160,17 +160,17 @@ def _check_chains(program: Program) -> None:
                 )
 
 
-def _check_p2p(program: Program) -> None:
+def _check_p2p(program: Program, ends_of: dict[int, dict[str, str]]) -> None:
     recvs: dict[tuple[int, int, MessageTag], tuple[int, Recv]] = {}
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
-            if isinstance(op, Recv):
+            if type(op) is Recv:
                 recvs[(op.peer, rank, op.tag)] = (i, op)
     matched = set()
     for rank in program.ranks:
-        ends = _ends(program.ops[rank])
+        ends = ends_of[rank]
         for i, op in enumerate(program.ops[rank]):
-            if not isinstance(op, Send):
+            if type(op) is not Send:
                 continue
             phase, mb, stage = op.tag
             if program.stage_to_rank.get(stage) != rank:
@@ -203,13 +203,13 @@ def _check_p2p(program: Program) -> None:
 
 
 def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
-    seen: dict[str, dict[int, tuple[int, Collective]]] = defaultdict(dict)  # tag text -> members
+    seen: dict[str, dict[int, tuple[int, Collective]]] = {}  # tag text -> members
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
-            if isinstance(op, Collective):
+            if type(op) is Collective:
                 if rank not in op.group:
                     raise ProgramError(f"{_where(rank, i, op)}: rank {rank} is not in its group {list(op.group)}")
-                seen[op.tag.text][rank] = (i, op)
+                seen.setdefault(op.tag.text, {})[rank] = (i, op)
     for members in seen.values():
         first_rank, (_, first) = next(iter(members.items()))
         for rank in joins(first):
