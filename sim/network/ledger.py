@@ -47,14 +47,12 @@ class Ledger:
         self._orbit_size = orbits.size if orbits is not None else 1  # messages one orbit record stands for
         self.labels: list[str] = []  # group id -> label
         self._flow_bytes = np.zeros(num_links)
-        # per flow link, as Python lists: a change touches a handful of links, where numpy's per-call
-        # cost would be most of the work (they become arrays at the end)
-        self._flow_busy_s = [0.0] * num_links
+        # per flow link, Python lists: a change touches a handful of links (numpy's per-call cost would dominate)
+        self._flow_busy_s, self._flow_peak = [0.0] * num_links, [0] * num_links
         self._busy_from: list[float | None] = [None] * num_links  # since when a link carries flows (None: idle)
-        self._flow_peak = [0] * num_links
         self._replay_counts: dict[int, list] = {}  # id(recording) -> [recording, times replayed]
-        # the load changes, one entry each: time, flow link, new load, and the place of its batch (a
-        # call of `loads`) among the batches and replays, to keep changes at one instant in their order
+        # load changes: time, flow link, new load, and the place of their batch (a `loads` call) among the
+        # batches and replays, to keep changes at one instant in their order
         self._changes: tuple[list[float], list[int], list[float], list[int]] = ([], [], [], [])
         self._batches = 0  # calls of `loads` so far
         self._load = [0.0] * num_links  # the load now, by flow link
@@ -105,8 +103,7 @@ class Ledger:
         for link, new, flows in zip(links.tolist(), load.tolist(), count.tolist()):
             if new != current[link]:
                 current[link] = new
-                changed.append(link)
-                loads.append(new)
+                changed.append(link), loads.append(new)
             if flows > peak[link]:
                 peak[link] = flows
             began = since[link]
