@@ -87,8 +87,7 @@ class Ledger:
         self._signals.append((src, dst, start_s, end_s, label))
 
     def add_bytes(self, links: np.ndarray, nbytes: np.ndarray, distinct: bool = False) -> None:
-        """Bytes of started flows, per (flow, flow link) pair (`distinct`: no link twice, so one
-        vectorised add does what np.add.at does pair by pair)."""
+        """Bytes of started flows, per (flow, flow link) pair (`distinct`: no link twice, one add)."""
         if distinct:
             self._flow_bytes[links] += nbytes
         else:
@@ -103,7 +102,8 @@ class Ledger:
         for link, new, flows in zip(links.tolist(), load.tolist(), count.tolist()):
             if new != current[link]:
                 current[link] = new
-                changed.append(link), loads.append(new)
+                changed.append(link)
+                loads.append(new)
             if flows > peak[link]:
                 peak[link] = flows
             began = since[link]
