@@ -53,8 +53,7 @@ def validate(
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
-        ends = {rank: _ends(pipeline.ops[rank]) for rank in pipeline.ranks}  # for chains and p2p
-        _check_chains(pipeline, ends)
+        _check_chains(pipeline, ends := {rank: _ends(pipeline.ops[rank]) for rank in pipeline.ranks})
         _check_p2p(pipeline, ends)
     _check_collectives(program, joins)
     if dry_run:
@@ -63,15 +62,16 @@ def validate(
 
 def _check_structure(program: Program) -> None:
     for rank in program.ranks:
-        seen: set[str] = set()
-        for i, op in enumerate(program.ops[rank]):
+        ops = program.ops[rank]
+        labels, seen = {op.label for op in ops}, set()
+        for i, op in enumerate(ops if len(labels) < len(ops) else ()):  # (a label twice: the first one)
             if op.label in seen:
                 raise ProgramError(f"{_where(rank, i, op)}: label used twice on this rank")
             seen.add(op.label)
-        for i, op in enumerate(program.ops[rank]):
-            for dep in op.deps:
-                if dep not in seen:
-                    raise ProgramError(f"{_where(rank, i, op)}: depends on {dep!r}, which rank {rank} never runs")
+        for i, op in enumerate(ops):
+            if op.deps and not labels.issuperset(op.deps):
+                dep = next(dep for dep in op.deps if dep not in labels)
+                raise ProgramError(f"{_where(rank, i, op)}: depends on {dep!r}, which rank {rank} never runs")
 
 
 def _check_coverage_and_order(program: Program) -> None:
@@ -197,7 +197,8 @@ def _check_p2p(program: Program, ends_of: dict[int, dict[str, str]]) -> None:
                     f"{_where(rank, i, op)}: sends {op.nbytes!r} B but rank {op.peer} op {j} receives {recv.nbytes!r} B"
                 )
             matched.add(key)
-    for (src, dst, _), (j, recv) in sorted(recvs.items(), key=lambda kv: (kv[0][1], kv[1][0])):
+    unmatched = [] if len(matched) == len(recvs) else sorted(recvs.items(), key=lambda kv: (kv[0][1], kv[1][0]))
+    for (src, dst, _), (j, recv) in unmatched:  # (the receives in rank and op order)
         if (src, dst, recv.tag) not in matched:
             raise ProgramError(f"{_where(dst, j, recv)}: rank {src} never sends it")
 
@@ -217,7 +218,7 @@ def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int
                 i, op = members[first_rank]
                 raise ProgramError(f"{_where(first_rank, i, op)}: member rank {rank} never joins it")
             i, op = members[rank]
-            if (op.kind, op.group, op.nbytes) != (first.kind, first.group, first.nbytes):
+            if op is not first and (op.kind, op.group, op.nbytes) != (first.kind, first.group, first.nbytes):
                 raise ProgramError(
                     f"{_where(rank, i, op)}: differs from rank {first_rank}'s {first.label} "
                     f"({op.kind} {list(op.group)} {op.nbytes!r} B vs {first.kind} "
@@ -226,10 +227,9 @@ def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int
 
 
 def _check_deadlock(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
-    """Dry run: each stream walks its ops in order; an op finishes once its deps have finished
-    (a receive also once its matching send has finished, a collective once every member has
-    reached it). Stuck streams are a deadlock. Streams wait on what blocks them and are woken
-    when it happens, so the run is linear in the ops."""
+    """Dry run: each stream walks its ops in order; an op finishes once its deps have finished (a receive
+    also once its matching send has finished, a collective once every member has reached it). Stuck
+    streams are a deadlock. Streams wait on what blocks them and are woken then: linear in the ops."""
     streams: dict[tuple[int, str], list[Op]] = defaultdict(list)
     for rank in program.ranks:
         for op in program.ops[rank]:
