@@ -41,7 +41,7 @@ def _whole_label(op: Compute) -> str:
 
 def _ends(ops: list[Op]) -> dict[str, str]:
     """Whole op label -> the label of its last piece (itself when whole), for a rank's ops."""
-    return {_whole_label(op): op.label for op in ops if isinstance(op, Compute)}
+    return {op.label if op.part is None else op.label.rpartition(".")[0]: op.label for op in ops if type(op) is Compute}
 
 
 def validate(
@@ -53,8 +53,8 @@ def validate(
     _check_structure(program)
     for pipeline in program.pipelines():
         _check_coverage_and_order(pipeline)
-        _check_chains(pipeline)
-        _check_p2p(pipeline)
+        _check_chains(pipeline, ends := {rank: _ends(pipeline.ops[rank]) for rank in pipeline.ranks})
+        _check_p2p(pipeline, ends)
     _check_collectives(program, joins)
     if dry_run:
         _check_deadlock(program, joins)
@@ -62,25 +62,29 @@ def validate(
 
 def _check_structure(program: Program) -> None:
     for rank in program.ranks:
-        seen: set[str] = set()
-        for i, op in enumerate(program.ops[rank]):
+        ops = program.ops[rank]
+        labels, seen = {op.label for op in ops}, set()
+        for i, op in enumerate(ops if len(labels) < len(ops) else ()):  # (a label twice: the first one)
             if op.label in seen:
                 raise ProgramError(f"{_where(rank, i, op)}: label used twice on this rank")
             seen.add(op.label)
-        for i, op in enumerate(program.ops[rank]):
-            for dep in op.deps:
-                if dep not in seen:
-                    raise ProgramError(f"{_where(rank, i, op)}: depends on {dep!r}, which rank {rank} never runs")
+        for i, op in enumerate(ops):
+            if op.deps and not labels.issuperset(op.deps):
+                dep = next(dep for dep in op.deps if dep not in labels)
+                raise ProgramError(f"{_where(rank, i, op)}: depends on {dep!r}, which rank {rank} never runs")
 
 
 def _check_coverage_and_order(program: Program) -> None:
     found: dict[tuple[Phase, int | None, int], tuple[int, int]] = {}
+    counts: dict[str, int] = defaultdict(int)  # whole op label -> times run (its first piece counts)
     for rank in program.ranks:
-        seen: dict[str, Op] = {}
+        seen: dict[str, Op] = {}  # the rank's compute ops so far (a piece follows one), by label
         for i, op in enumerate(program.ops[rank]):
-            seen[op.label] = op
-            if not isinstance(op, Compute):
+            if type(op) is not Compute:
                 continue
+            seen[op.label] = op
+            if not op.part:
+                counts[op.label if op.part is None else op.label.rpartition(".")[0]] += 1
             owner = program.stage_to_rank.get(op.stage)
             if owner != rank:
                 raise ProgramError(f"{_where(rank, i, op)}: stage {op.stage} belongs to rank {owner}")
@@ -112,11 +116,8 @@ def _check_coverage_and_order(program: Program) -> None:
                 if (phase, mb, stage) not in found:
                     label = f"OPT@{stage}" if mb is None else f"{phase}{mb}@{stage}"
                     raise ProgramError(f"rank {program.stage_to_rank.get(stage)}: {label} is never run")
-    counts: dict[str, int] = defaultdict(int)
-    for rank in program.ranks:
-        for op in program.ops[rank]:
-            if isinstance(op, Compute) and not op.part:
-                counts[_whole_label(op)] += 1
+    if all(count == 1 for count in counts.values()):
+        return
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
             if isinstance(op, Compute) and not op.part and counts[_whole_label(op)] > 1:
@@ -135,19 +136,18 @@ def _check_piece(rank: int, i: int, op: Compute, seen: dict[str, Op]) -> None:
         )
 
 
-def _check_chains(program: Program) -> None:
+def _check_chains(program: Program, ends_of: dict[int, dict[str, str]]) -> None:
     for rank in program.ranks:
-        ops = program.ops[rank]
-        index = {op.label: i for i, op in enumerate(ops)}
-        ends = _ends(ops)
+        ops, ends, index = program.ops[rank], ends_of[rank], None
         for i, op in enumerate(ops):
-            if not isinstance(op, Compute) or op.phase not in (Phase.F, Phase.B) or op.part:
+            if type(op) is not Compute or op.part or (op.phase != Phase.F and op.phase != Phase.B):
                 continue  # OPT and W consume nothing from another stage
             src = op.stage - 1 if op.phase == Phase.F else op.stage + 1
             if not 0 <= src < program.num_stages:
                 continue
             needed = f"{op.phase}{op.microbatch}@{src}"
             if program.stage_to_rank[src] == rank:
+                index = index or {op.label: i for i, op in enumerate(ops)}
                 j = index.get(ends.get(needed, needed))
                 same_stream_before = j is not None and j < i and ops[j].stream == op.stream
                 if not (same_stream_before or ends.get(needed, needed) in op.deps):
@@ -160,17 +160,17 @@ def _check_chains(program: Program) -> None:
                 )
 
 
-def _check_p2p(program: Program) -> None:
+def _check_p2p(program: Program, ends_of: dict[int, dict[str, str]]) -> None:
     recvs: dict[tuple[int, int, MessageTag], tuple[int, Recv]] = {}
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
-            if isinstance(op, Recv):
+            if type(op) is Recv:
                 recvs[(op.peer, rank, op.tag)] = (i, op)
     matched = set()
     for rank in program.ranks:
-        ends = _ends(program.ops[rank])
+        ends = ends_of[rank]
         for i, op in enumerate(program.ops[rank]):
-            if not isinstance(op, Send):
+            if type(op) is not Send:
                 continue
             phase, mb, stage = op.tag
             if program.stage_to_rank.get(stage) != rank:
@@ -197,19 +197,20 @@ def _check_p2p(program: Program) -> None:
                     f"{_where(rank, i, op)}: sends {op.nbytes!r} B but rank {op.peer} op {j} receives {recv.nbytes!r} B"
                 )
             matched.add(key)
-    for (src, dst, _), (j, recv) in sorted(recvs.items(), key=lambda kv: (kv[0][1], kv[1][0])):
+    unmatched = [] if len(matched) == len(recvs) else sorted(recvs.items(), key=lambda kv: (kv[0][1], kv[1][0]))
+    for (src, dst, _), (j, recv) in unmatched:  # (the receives in rank and op order)
         if (src, dst, recv.tag) not in matched:
             raise ProgramError(f"{_where(dst, j, recv)}: rank {src} never sends it")
 
 
 def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
-    seen: dict[str, dict[int, tuple[int, Collective]]] = defaultdict(dict)  # tag text -> members
+    seen: dict[str, dict[int, tuple[int, Collective]]] = {}  # tag text -> members
     for rank in program.ranks:
         for i, op in enumerate(program.ops[rank]):
-            if isinstance(op, Collective):
+            if type(op) is Collective:
                 if rank not in op.group:
                     raise ProgramError(f"{_where(rank, i, op)}: rank {rank} is not in its group {list(op.group)}")
-                seen[op.tag.text][rank] = (i, op)
+                seen.setdefault(op.tag.text, {})[rank] = (i, op)
     for members in seen.values():
         first_rank, (_, first) = next(iter(members.items()))
         for rank in joins(first):
@@ -217,7 +218,7 @@ def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int
                 i, op = members[first_rank]
                 raise ProgramError(f"{_where(first_rank, i, op)}: member rank {rank} never joins it")
             i, op = members[rank]
-            if (op.kind, op.group, op.nbytes) != (first.kind, first.group, first.nbytes):
+            if op is not first and (op.kind, op.group, op.nbytes) != (first.kind, first.group, first.nbytes):
                 raise ProgramError(
                     f"{_where(rank, i, op)}: differs from rank {first_rank}'s {first.label} "
                     f"({op.kind} {list(op.group)} {op.nbytes!r} B vs {first.kind} "
@@ -226,10 +227,9 @@ def _check_collectives(program: Program, joins: Callable[[Collective], tuple[int
 
 
 def _check_deadlock(program: Program, joins: Callable[[Collective], tuple[int, ...]]) -> None:
-    """Dry run: each stream walks its ops in order; an op finishes once its deps have finished
-    (a receive also once its matching send has finished, a collective once every member has
-    reached it). Stuck streams are a deadlock. Streams wait on what blocks them and are woken
-    when it happens, so the run is linear in the ops."""
+    """Dry run: each stream walks its ops in order; an op finishes once its deps have finished (a receive
+    also once its matching send has finished, a collective once every member has reached it). Stuck
+    streams are a deadlock. Streams wait on what blocks them and are woken then: linear in the ops."""
     streams: dict[tuple[int, str], list[Op]] = defaultdict(list)
     for rank in program.ranks:
         for op in program.ops[rank]:

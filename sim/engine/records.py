@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import compress
+from operator import itemgetter
 from typing import NamedTuple
 
 from clustersim.schedules.ir import Phase, SpanPhase
@@ -59,7 +61,7 @@ class EventLog:
 
     @functools.cached_property
     def makespan_s(self) -> float:
-        return max((s.end_s for s in self.spans), default=0.0)
+        return max(map(itemgetter(7), self.spans), default=0.0)  # each span's end_s
 
     @functools.cached_property
     def whole_ops(self) -> dict[tuple[int, SpanPhase, int | None, int | None], tuple[float, float]]:
@@ -68,11 +70,13 @@ class EventLog:
         first start, last end. A stream runs its pieces in order, so the first piece seen starts the
         op, the last ends it."""
         ops: dict[tuple[int, SpanPhase, int | None, int | None], tuple[float, float]] = {}
-        for span in self.spans:
-            if span.phase == Phase.F or span.phase == Phase.B or span.phase == Phase.W:
-                key = (span.rank, span.phase, span.stage, span.microbatch)
-                first = ops.get(key)
-                ops[key] = (span.start_s if first is None else first[0], span.end_s)
+        wanted = {Phase.F, Phase.B, Phase.W}.__contains__
+        for rank, _, _, phase, microbatch, stage, start_s, end_s, _, _ in compress(
+            self.spans, map(wanted, map(itemgetter(3), self.spans))
+        ):
+            key = (rank, phase, stage, microbatch)
+            first = ops.get(key)
+            ops[key] = (start_s if first is None else first[0], end_s)
         return ops
 
     @functools.cached_property

@@ -47,14 +47,15 @@ class Ledger:
         self._orbit_size = orbits.size if orbits is not None else 1  # messages one orbit record stands for
         self.labels: list[str] = []  # group id -> label
         self._flow_bytes = np.zeros(num_links)
-        self._flow_busy_s = np.zeros(num_links)
-        self._busy_from = np.full(num_links, np.nan)  # since when a link carries flows (NaN: idle)
-        self._flow_peak = np.zeros(num_links, dtype=np.int64)
+        # per flow link, Python lists: a change touches a handful of links (numpy's per-call cost would dominate)
+        self._flow_busy_s, self._flow_peak = [0.0] * num_links, [0] * num_links
+        self._busy_from: list[float | None] = [None] * num_links  # since when a link carries flows (None: idle)
         self._replay_counts: dict[int, list] = {}  # id(recording) -> [recording, times replayed]
-        # chunks of (times, flow links, loads, place): the links whose load changed, the new load, and
-        # the chunk's place among the chunks and replays, to keep changes at one instant in their order
-        self._timeline: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
-        self._load = np.zeros(num_links)  # the load now, by flow link
+        # load changes: time, flow link, new load, and the place of their batch (a `loads` call) among the
+        # batches and replays, to keep changes at one instant in their order
+        self._changes: tuple[list[float], list[int], list[float], list[int]] = ([], [], [], [])
+        self._batches = 0  # calls of `loads` so far
+        self._load = [0.0] * num_links  # the load now, by flow link
         self._done: list[tuple] = []  # delivered messages, a batch of arrays per finish
         self._orbit_records: list[tuple] = []  # delivered orbits: (members, start, end, bytes, group id)
         self._orbit_messages = 0
@@ -85,24 +86,37 @@ class Ledger:
         """A zero-byte message: no route, a label of its own."""
         self._signals.append((src, dst, start_s, end_s, label))
 
-    def add_bytes(self, links: np.ndarray, nbytes: np.ndarray) -> None:
-        """Bytes of started flows, per (flow, flow link) pair."""
-        np.add.at(self._flow_bytes, links, nbytes)
+    def add_bytes(self, links: np.ndarray, nbytes: np.ndarray, distinct: bool = False) -> None:
+        """Bytes of started flows, per (flow, flow link) pair (`distinct`: no link twice, one add)."""
+        if distinct:
+            self._flow_bytes[links] += nbytes
+        else:
+            np.add.at(self._flow_bytes, links, nbytes)
 
     def loads(self, now: float, links: np.ndarray, load: np.ndarray, count: np.ndarray) -> None:
-        """The flow links `links` carry `count` flows at total rate `load` from `now`: load
-        changes, peak flows and busy time."""
-        changed = load != self._load[links]
-        moved, new_load = links[changed], load[changed]
-        self._load[moved] = new_load
-        self._timeline.append((np.full(len(moved), now), moved, new_load, self._next_place()))
-        self._flow_peak[links] = np.maximum(self._flow_peak[links], count)
-        idle = np.isnan(self._busy_from[links])
-        busy = count > 0
-        self._busy_from[links[busy & idle]] = now
-        ends = links[~busy & ~idle]
-        self._flow_busy_s[ends] += now - self._busy_from[ends]
-        self._busy_from[ends] = np.nan
+        """The flow links `links` (distinct) carry `count` flows at total rate `load` from `now`:
+        load changes, peak flows and busy time."""
+        current, peak, since, busy_s = self._load, self._flow_peak, self._busy_from, self._flow_busy_s
+        times, changed, loads, places = self._changes
+        before = len(changed)
+        for link, new, flows in zip(links.tolist(), load.tolist(), count.tolist()):
+            if new != current[link]:
+                current[link] = new
+                changed.append(link)
+                loads.append(new)
+            if flows > peak[link]:
+                peak[link] = flows
+            began = since[link]
+            if flows > 0:
+                if began is None:
+                    since[link] = now
+            elif began is not None:
+                busy_s[link] += now - began
+                since[link] = None
+        moved = len(changed) - before
+        times.extend([now] * moved)
+        places.extend([self._batches + len(self._replays)] * moved)
+        self._batches += 1
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """A recording's link statistics, load changes and messages, as if run from `start_s`."""
@@ -116,8 +130,8 @@ class Ledger:
         self.labels.append(label)
 
     def _next_place(self) -> int:
-        """The place of the next load-change chunk or replay, in the order they happen."""
-        return len(self._timeline) + len(self._replays)
+        """The place of the next batch of load changes or replay, in the order they happen."""
+        return self._batches + len(self._replays)
 
     # -- at the end ------------------------------------------------------------------------------
 
@@ -235,7 +249,14 @@ class Ledger:
         """Every load change in time order, replays included (changes at one instant in the order
         they happened); of `links` only when given (sim.network.timeline)."""
         canon = self.orbits.canon if self.orbits is not None else None
-        return load_timeline(self._timeline, self._replays, canon, self.num_links, links)
+        times, changed, loads, places = self._changes
+        changes = (
+            np.array(times, float),
+            np.array(changed, np.int64),
+            np.array(loads, float),
+            np.array(places, np.int64),
+        )
+        return load_timeline(changes, self._replays, canon, self.num_links, links)
 
     def recording(self, duration_s: float, reshares: int, flows_reshared: int) -> Recording:
         """What was recorded so far, as a Recording to replay elsewhere (never itself a replay's
@@ -259,7 +280,8 @@ class Ledger:
         """(bytes, busy seconds, peak flows) per link: the replays' plus the flows' (a flow link's
         for every link of its orbit)."""
         canon = self.orbits.canon if self.orbits is not None else slice(None)
-        link_bytes, busy_s, peak = (x[canon].copy() for x in (self._flow_bytes, self._flow_busy_s, self._flow_peak))
+        link_bytes = self._flow_bytes[canon].copy()
+        busy_s, peak = np.array(self._flow_busy_s)[canon], np.array(self._flow_peak, np.int64)[canon]
         for r, times in self._replay_counts.values():  # each recording's totals, times its replays
             link_bytes[r.links] += times * r.bytes
             busy_s[r.links] += times * r.busy_s

@@ -32,10 +32,10 @@ import simpy
 from clustersim.sim.network.bundles import BundledFlows
 from clustersim.sim.network.flows import ActiveFlows, Flows
 from clustersim.sim.network.ledger import Ledger, Recording
-from clustersim.sim.network.maxmin import row_lengths
 from clustersim.sim.network.orbits import Orbits
+from clustersim.sim.network.plans import Plan, plan_messages
 from clustersim.sim.network.records import FlowTable, LinkStats
-from clustersim.sim.network.routes import Routes, kept, sub_csr
+from clustersim.sim.network.routes import Routes, kept
 from clustersim.topologies.routing import Router, make_router
 from clustersim.topologies.schema import BANDWIDTH, LATENCY, gpu_nodes, node_label
 
@@ -97,7 +97,7 @@ class Network:
         self._batch: Any = np.zeros(0, dtype=np.int64)  # flows that finish at the next wake (ids as _flows gives them)
         self._generation = 0
         self._groups: dict[int, _Group] = {}  # groups with messages in flight
-        self._plans: dict[tuple[bytes, bytes, bytes], tuple] = {}  # _plan's, by messages
+        self._plans: dict[tuple[bytes, bytes, bytes], Plan] = {}  # by messages (sim.network.plans)
         self.ledger = Ledger(self.link_names, self.capacity_Bps, self.orbits)
         self.reshares = 0  # re-shares so far (after flows start, after a batch of finishes)
         self.flows_reshared = 0  # sum over re-shares of the flows given new rates (a speed measure)
@@ -125,7 +125,9 @@ class Network:
         """Many messages at once (arrays of GPU indices and byte counts); the event fires when the
         last has landed."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape)
+        nbytes = np.asarray(nbytes, dtype=float)
+        if nbytes.shape != src.shape:  # (a pipeline's messages come with theirs: no view to make)
+            nbytes = np.broadcast_to(nbytes, src.shape)
         return self._start_group(src, dst, nbytes, label, None, None)
 
     def _start_group(self, src, dst, nbytes, label, done, payload) -> simpy.Event:
@@ -133,57 +135,37 @@ class Network:
         now = self.env.now
         gid = self.ledger.group(label)
         key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
-        plan = kept(self._plans, key, len(src), lambda: self._plan(src, dst, nbytes))
-        src, dst, nbytes, latency, idle, ptr, links, per_pair, columns, full_src, full_dst, bundle = plan
-        land_s = now + float(latency[idle].max()) if idle.any() else now
-        if idle.any():  # zero-byte messages still pay the path latency; a message to oneself pays nothing
-            self._record_idle(src, dst, idle, nbytes, now, now + latency, gid, full_src, full_dst)
+        plan = kept(self._plans, key, len(src), lambda: plan_messages(self.routes, self.orbits, src, dst, nbytes))
+        land_s = now + plan.idle_s if plan.idle_s is not None else now
+        if plan.idle_s is not None:  # zero-byte messages still pay the path latency; a message to oneself pays nothing
+            self._record_idle(plan, now, gid)
+        ptr = plan.ptr
         n = len(ptr) - 1
         group = _Group(n, land_s, done or self.env.event(), payload)
         self._groups[gid] = group
         if n == 0:
             self._land(gid)
             return group.done
-        self.ledger.add_bytes(links, per_pair)
-        ids = cast(BundledFlows, self._flows).start(bundle, now, gid) if bundle is not None else None
+        self.ledger.add_bytes(plan.links, plan.per_pair, plan.distinct)
+        ids = cast(BundledFlows, self._flows).start(plan.bundle, now, gid) if plan.bundle is not None else None
         if ids is None:
-            ids = self._flows.add(ptr, links, start=np.full(n, now), group=np.full(n, gid), **columns)
+            ids = self._flows.add(ptr, plan.links, start=np.full(n, now), group=np.full(n, gid), **plan.columns)
             self._flows.fill_component(ids, now)
         self.reshares += 1
         self.flows_reshared += self._flows.last_refilled
         self._after_fill()
         return group.done
 
-    def _plan(self, src, dst, nbytes) -> tuple:
-        """What starting these messages needs besides the time (routes, moving ones, bytes per
-        link), which _start_group keeps per (sources, destinations, bytes): a run repeats a few."""
-        if self.orbits is None:
-            routed, full_src, full_dst, extra = src != dst, None, None, {}
-            ptr, links, latency = self.routes.cached(src, dst, lambda s, d: self.routes.route(s, d, s != d))
-        else:
-            orbits, routes = self.orbits, self.routes
-            (picked, src, dst, routed, ptr, links, latency, members, full_src, full_dst) = routes.cached(
-                src, dst, lambda s, d: orbits.routes(routes, s, d)
-            )
-            nbytes = nbytes[picked]
-        moving = routed & (nbytes > 0)
-        if not moving[routed].all():
-            ptr, links = sub_csr(ptr, links, moving[routed])
-        per_pair = np.repeat(nbytes[moving], row_lengths(ptr))
-        if self.orbits is not None:  # one flow per orbit, on canonical links, standing for its members
-            extra = {"members": [m for m, k in zip(members, moving[routed].tolist()) if k]}
-            per_pair = per_pair * self.orbits.per_link[links]
-        columns = dict(nbytes=nbytes[moving], latency=latency[moving], src=src[moving], dst=dst[moving], **extra)
-        bundle = None  # how its flows start on free links (sim.network.bundles)
-        if self.orbits is not None and len(ptr) > 1:
-            bundle = BundledFlows.template(self.orbits.capacity_Bps, ptr, links, columns)
-        return (src, dst, nbytes, latency, ~moving, ptr, links, per_pair, columns, full_src, full_dst, bundle)
-
-    def _record_idle(self, src, dst, idle, nbytes, start, end, gid, full_src, full_dst) -> None:
-        """Record messages that move no bytes (zero bytes, or to oneself) as delivered; in a
-        symmetric run, every member of those orbits."""
+    def _record_idle(self, plan: Plan, start: float, gid: int) -> None:
+        """Record a plan's messages that move no bytes (zero bytes, or to oneself) as delivered,
+        sent at `start`; in a symmetric run, every member of those orbits."""
+        src, dst, idle, nbytes, end = plan.src, plan.dst, plan.idle, plan.nbytes, start + plan.latency
         if self.orbits is not None:
-            size = self.orbits.size
+            size, full_src, full_dst = (
+                self.orbits.size,
+                cast(np.ndarray, plan.full_src),
+                cast(np.ndarray, plan.full_dst),
+            )
             src, dst = full_src.reshape(-1, size)[idle].ravel(), full_dst.reshape(-1, size)[idle].ravel()
             nbytes, end, idle = np.repeat(nbytes[idle], size), np.repeat(end[idle], size), np.ones(len(src), bool)
         count = int(idle.sum())
@@ -244,11 +226,17 @@ class Network:
         flows.finish(finished, self.env.now)
         self.reshares += 1
         self.flows_reshared += flows.last_refilled
-        for gid in np.unique(finished_groups).tolist():
+        landed: dict[int, list] = {}  # group id -> [flows landed, the last landing]
+        for gid, land_s, weight in zip(finished_groups.tolist(), landing.tolist(), weights.tolist()):
+            if (entry := landed.get(gid)) is None:
+                landed[gid] = [weight, land_s]
+            else:
+                entry[0] += weight
+                entry[1] = max(entry[1], land_s)
+        for gid in sorted(landed):
             group = self._groups[gid]
-            mine = finished_groups == gid
-            group.pending -= int(weights[mine].sum())
-            group.land_s = max(group.land_s, float(landing[mine].max()))
+            group.pending -= landed[gid][0]
+            group.land_s = max(group.land_s, landed[gid][1])
             if group.pending == 0:
                 self._land(gid)
         self._after_fill()

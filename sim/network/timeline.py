@@ -1,7 +1,7 @@
 """The load timeline of a network's links: each change of a link's load, in time order.
 
-sim.network.ledger keeps the changes as the network made them: chunks of (times, flow links, loads) with
-each chunk's place among the chunks and the replays (sim.scale.shortcut), by flow link (in a symmetric
+sim.network.ledger keeps the changes as the network made them: (time, flow link, load) with the place
+of the batch each was made in among the batches and the replays (sim.scale.shortcut), by flow link (in a symmetric
 run a canonical link stands for its orbit, sim.network.orbits). Here they become one time-ordered list:
 a flow link's changes copied to every link of its orbit, each replay's recorded changes shifted to
 its start, and changes at one instant kept in the order they happened (their places).
@@ -22,23 +22,22 @@ Timeline = tuple[np.ndarray, np.ndarray, np.ndarray]  # (times, link ids, loads 
 
 
 def load_timeline(
-    chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]],
+    changes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     replays: list[tuple[Recording, float, int, int]],
     canon: np.ndarray | None,
     num_links: int,
     links: np.ndarray | None = None,
 ) -> Timeline:
-    """Every load change in time order, of `links` only when given. `chunks`: (times, flow links,
-    loads, place); `replays`: (recording, start, group id, place); `canon`: link -> its orbit's
+    """Every load change in time order, of `links` only when given. `changes`: (times, flow links,
+    loads, places); `replays`: (recording, start, group id, place); `canon`: link -> its orbit's
     canonical link (None: every link is its own)."""
     wanted = np.ones(num_links, dtype=bool)
     if links is not None:
         wanted[:] = False
         wanted[links] = True
     pieces = []
-    if chunks:
-        t, link, v = (np.concatenate(column) for column in list(zip(*chunks))[:3])
-        place = np.repeat([p for *_, p in chunks], [len(c) for _, c, _, _ in chunks])
+    t, link, v, place = changes
+    if len(t):
         if canon is None:
             keep = wanted[link]
             pieces.append((t[keep], link[keep], v[keep], place[keep]))
@@ -75,5 +74,5 @@ def load_timeline(
     if not pieces:
         return np.zeros(0), np.zeros(0, np.int64), np.zeros(0)
     times, ids, loads, order_of = (np.concatenate(column) for column in zip(*pieces))
-    order = np.lexsort((order_of, times))  # stable: a chunk keeps its own order
+    order = np.lexsort((order_of, times))  # stable: a batch keeps its own order
     return times[order], ids[order], loads[order]

@@ -25,6 +25,8 @@ pipeline window) is a different figure and keeps its own name (sim.results.metri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
+from operator import itemgetter
 
 import numpy as np
 
@@ -87,7 +89,8 @@ def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
                 send_of[(rank, op.peer, op.tag)] = (rank, op.stream, op.label)
             elif type(op) is Recv:
                 recvs.append((rank, op))
-    send_start = {(s.rank, s.stream, s.label): s.start_s for s in log.spans if s.phase == Comm.SEND}
+    sends = compress(log.spans, map(Comm.SEND.__eq__, map(itemgetter(3), log.spans)))  # the SEND spans
+    send_start = {(s.rank, s.stream, s.label): s.start_s for s in sends}
     return {
         (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
         for rank, op in recvs
@@ -110,25 +113,21 @@ def step_breakdown(
     """
     step = log.makespan_s if step_time_s is None else step_time_s
     n, spans, ranks_n = len(log.spans), log.spans, log.num_ranks
-    codes: dict[str, int] = {}
-    code = np.fromiter((codes.setdefault(s.phase, len(codes)) for s in spans), np.int64, n)
+    codes = {phase: i for i, phase in enumerate((*PHASES, *Comm))}  # every phase a span can have
+    try:
+        code = np.fromiter(map(codes.__getitem__, map(itemgetter(3), spans)), np.int64, n)
+    except KeyError:  # a phase of no kind: category_of names it
+        code = np.fromiter((codes.setdefault(s.phase, len(codes)) for s in spans), np.int64, n)
     category = np.array([category_of(p) for p in codes], dtype=np.int64)[code] if n else code
-    rank = np.fromiter((s.rank for s in spans), np.int64, n)
-    start = np.fromiter((s.start_s for s in spans), float, n)
+    rank = np.fromiter(map(itemgetter(0), spans), np.int64, n)
+    start = np.fromiter(map(itemgetter(6), spans), float, n)
     if sent_s:
-        start = np.maximum(
-            start,
-            np.fromiter(
-                (
-                    sent_s.get((s.rank, s.stream, s.label), s.start_s) if s.phase == Comm.RECV else s.start_s
-                    for s in spans
-                ),
-                float,
-                n,
-            ),
-        )
+        recvs = np.flatnonzero(code == codes[Comm.RECV]).tolist()
+        left = start.copy()
+        left[recvs] = [sent_s.get((s.rank, s.stream, s.label), s.start_s) for s in map(spans.__getitem__, recvs)]
+        start = np.maximum(start, left)
     start = np.clip(start, 0.0, step)
-    end = np.clip(np.fromiter((s.end_s for s in spans), float, n), start, step)
+    end = np.clip(np.fromiter(map(itemgetter(7), spans), float, n), start, step)
 
     time, rank, category = np.concatenate([start, end]), np.concatenate([rank, rank]), np.tile(category, 2)
     delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])

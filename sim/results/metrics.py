@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from itertools import compress
+from operator import itemgetter
 
 import numpy as np
 
@@ -28,11 +30,14 @@ def bubble_ratio_per_rank(log: EventLog) -> list[float]:
     the end of the last forward or backward on any rank, so idle_r + busy_r = T_FB. The optimizer step is left out:
     it follows the flush and is not part of the pipeline's bubble.
     """
-    window_s = max((s.end_s for s in log.spans if s.phase in PIPELINE_PHASES), default=0.0)
-    busy = [0.0] * log.num_ranks
-    for span in log.spans:
-        if span.phase in PIPELINE_PHASES:
-            busy[span.rank] += span.duration_s
+    pipeline = list(compress(log.spans, map(set(PIPELINE_PHASES).__contains__, map(itemgetter(3), log.spans))))
+    window_s = max(map(itemgetter(7), pipeline), default=0.0)  # their end_s
+    # busy_r summed span by span in log order (bincount adds its weights in order, as a loop would)
+    rank = np.fromiter(map(itemgetter(0), pipeline), np.int64, len(pipeline))
+    duration = np.fromiter(map(itemgetter(7), pipeline), float, len(pipeline)) - np.fromiter(
+        map(itemgetter(6), pipeline), float, len(pipeline)
+    )
+    busy = np.bincount(rank, weights=duration, minlength=log.num_ranks)[: log.num_ranks].tolist()
     if window_s <= 0:
         return [0.0] * log.num_ranks
     return [(window_s - b) / window_s for b in busy]
@@ -72,7 +77,7 @@ def model_flops(log: EventLog) -> float:
     """Model FLOPs of the step: 3 x the forward FLOPs (backward = 2 x forward). Work a backward
     adds to recompute activations is done by the hardware but is not model FLOPs (the MFU of
     Chowdhery et al. 2022, PaLM, appendix B)."""
-    return 3 * sum(s.flops for s in log.spans if s.phase == Phase.F)
+    return 3 * sum(compress(map(itemgetter(9), log.spans), map(Phase.F.__eq__, map(itemgetter(3), log.spans))))
 
 
 def tflops_per_gpu(log: EventLog, num_gpus: int) -> float:

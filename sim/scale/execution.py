@@ -200,9 +200,9 @@ def members_held(program: Program):
     held: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def joins(op: Collective) -> tuple[int, ...]:
-        if op.group not in held:
-            held[op.group] = tuple(r for r in op.group if r in program.ops)
-        return held[op.group]
+        if (members := held.get(op.group)) is None:
+            members = held[op.group] = tuple(r for r in op.group if r in program.ops)
+        return members
 
     return joins
 
