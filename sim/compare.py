@@ -33,6 +33,7 @@ def compare_row(result: RunResult) -> dict:
         "compute_s": means["compute_s"],
         "bubble_s": means["bubble_s"],
         "exposed_comm_s": means["exposed_comm_s"],
+        "exposed_by_group_s": means["exposed_by_group_s"],
         "alltoall_time_s": float(b.in_kind_s["all_to_all"].mean()),
         "allreduce_time_s": float(b.in_kind_s["all_reduce"].mean()),
         "megatron_bubble_over_ideal_mean": s["megatron_bubble_over_ideal_mean"],
@@ -76,7 +77,21 @@ def markdown(rows: list[dict]) -> str:
             f"{r['memory_peak_bytes'] / 2**30:.1f}" + ("" if r["fits"] else " (does not fit)"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + faster_line(rows, unit, scale) + "\n"
+    return "\n".join(lines) + "\n\n" + group_table(rows, unit, scale) + faster_line(rows, unit, scale) + "\n"
+
+
+def group_table(rows: list[dict], unit: str, scale: float) -> str:
+    """The exposed communication again, by the parallelism it serves (sim.results.breakdown.GROUPS),
+    for the groups exposed in at least one scenario; nothing when none is."""
+    groups = [g for g in rows[0]["exposed_by_group_s"] if any(r["exposed_by_group_s"].get(g, 0.0) > 0 for r in rows)]
+    if not groups:
+        return ""
+    head = ["scenario", *(f"exposed {g} ({unit})" for g in groups)]
+    lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * len(groups)]
+    for r in rows:
+        cells = (f"{r['exposed_by_group_s'].get(g, 0.0) * scale:.3f}" for g in groups)
+        lines.append("| " + " | ".join([r["name"], *cells]) + " |")
+    return "\n".join(lines) + "\n\n"
 
 
 def faster_line(rows: list[dict], unit: str, scale: float) -> str:

@@ -173,6 +173,7 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
         "compute_s",
         "bubble_s",
         "exposed_comm_s",
+        "exposed_by_group_s",
         "alltoall_time_s",
         "allreduce_time_s",
         "megatron_bubble_over_ideal_mean",
@@ -189,6 +190,11 @@ def test_compare_writes_its_outputs_byte_identical_on_a_second_run(tmp_path, mon
         assert r["alltoall_time_s"] == 0.0 and r["alltoall_busbw_GBps"] is None  # no MoE here
     table = (second / "compare.md").read_text()
     assert table in out  # the terminal prints the markdown table
+    for r in rows:  # the same exposed time by group: pipeline sends, TP and ZeRO-1's DP collectives
+        assert sum(r["exposed_by_group_s"].values()) == pytest.approx(sum(r["exposed_comm_s"].values()), rel=1e-12)
+        assert r["exposed_by_group_s"]["PP"] == pytest.approx(r["exposed_comm_s"]["p2p"], rel=1e-12)
+        by_group = [f"{1e3 * r['exposed_by_group_s'][g]:.3f}" for g in ("TP", "PP", "DP")]
+        assert f"| {r['name']} | " + " | ".join(by_group) + " |" in table
     ratio = rows[1]["step_time_s"] / rows[0]["step_time_s"]
     assert f"**small-switch** is the fastest: {ratio:.2f}x faster than small-ring" in table
     assert (second / "compare.png").read_bytes().startswith(b"\x89PNG")
