@@ -93,13 +93,18 @@ class Ledger:
         else:
             np.add.at(self._flow_bytes, links, nbytes)
 
-    def loads(self, now: float, links: np.ndarray, load: np.ndarray, count: np.ndarray) -> None:
+    def loads(self, now: float, links: np.ndarray, load: np.ndarray, count: np.ndarray, per_link=None) -> None:
         """The flow links `links` (distinct) carry `count` flows at total rate `load` from `now`:
-        load changes, peak flows and busy time."""
+        load changes, peak flows and busy time. `per_link`: each link's real flows per quotient flow
+        (sim.network.orbits; load and count are the quotient's, the count rounded to the nearest)."""
         current, peak, since, busy_s = self._load, self._flow_peak, self._busy_from, self._flow_busy_s
         times, changed, loads, places = self._changes
         before = len(changed)
-        for link, new, flows in zip(links.tolist(), load.tolist(), count.tolist()):
+        new_loads, counts = load.tolist(), count.tolist()
+        if per_link is not None:
+            new_loads = [x * scale for x, scale in zip(new_loads, per_link.tolist())]
+            counts = [round(n * scale) for n, scale in zip(counts, per_link.tolist())]  # half to even, as np.rint
+        for link, new, flows in zip(links.tolist(), new_loads, counts):
             if new != current[link]:
                 current[link] = new
                 changed.append(link)
