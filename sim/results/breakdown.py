@@ -81,20 +81,19 @@ SpanKey = tuple[int, str, str]  # (rank, stream, label)
 def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
     """RECV span key -> start of the matching SEND span (when the message left its sender); the
     program pairs them: a Recv of tag g from peer p on rank r meets p's Send of g to r."""
-    send_of: dict[tuple, SpanKey] = {}
-    recvs: list[tuple[int, Recv]] = []
-    for rank, ops in program.ops.items():  # one pass over the ops (millions on a big run)
-        for op in ops:
-            if type(op) is Send:
-                send_of[(rank, op.peer, op.tag)] = (rank, op.stream, op.label)
-            elif type(op) is Recv:
-                recvs.append((rank, op))
     sends = compress(log.spans, map(Comm.SEND.__eq__, map(itemgetter(3), log.spans)))  # the SEND spans
     send_start = {(s.rank, s.stream, s.label): s.start_s for s in sends}
+    left: dict[tuple, float] = {}  # (sender, receiver, tag) -> when the message left
+    recvs: list[tuple[int, Recv]] = []
+    for rank, ops in program.ops.items():  # two quick passes over the ops (millions on a big run)
+        for op in [op for op in ops if type(op) is Send]:
+            if (start := send_start.get((rank, op.stream, op.label))) is not None:
+                left[(rank, op.peer, op.tag)] = start
+        recvs += [(rank, op) for op in ops if type(op) is Recv]
     return {
-        (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
+        (rank, op.stream, op.label): start
         for rank, op in recvs
-        if send_of.get((op.peer, rank, op.tag)) in send_start
+        if (start := left.get((op.peer, rank, op.tag))) is not None
     }
 
 
@@ -137,14 +136,18 @@ def step_breakdown(
     seg_s = np.where(rank[1:] == seg_rank, np.diff(time), 0.0)
     owner = np.full(len(seg_s), -1, dtype=np.int64)
     union = np.zeros((1 + len(EXPOSED_KINDS), ranks_n))
-    for cat in np.unique(category)[::-1].tolist():  # lowest category last, so it wins
+    present = np.flatnonzero(np.bincount(category, minlength=len(union))).tolist()  # the categories met, in order
+    for cat in present[::-1]:  # lowest category last, so it wins
         active = np.cumsum(np.where(category == cat, delta, 0))[:-1] > 0
         union[cat] = np.bincount(seg_rank[active], weights=seg_s[active], minlength=ranks_n)[:ranks_n]
         owner[active] = cat
-    exposed = {
-        k: np.bincount(seg_rank[owner == 1 + i], weights=seg_s[owner == 1 + i], minlength=ranks_n)[:ranks_n]
-        for i, k in enumerate(EXPOSED_KINDS)
-    }
+    exposed: dict[str, np.ndarray] = {k: np.zeros(ranks_n) for k in EXPOSED_KINDS}  # a kind no span has owns nothing
+    for cat in present:
+        if cat > 0:
+            mine = owner == cat
+            exposed[EXPOSED_KINDS[cat - 1]] = np.bincount(seg_rank[mine], weights=seg_s[mine], minlength=ranks_n)[
+                :ranks_n
+            ]
     ranks = log.averaged_ranks  # a symmetric run's representatives stand for every rank
     exposed = {k: v[ranks] for k, v in exposed.items()}
     return Breakdown(
