@@ -153,6 +153,7 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
             ]
         return plans[(phase, stage, split)]
 
+    collective_bytes = functools.cache(costs.collective_bytes)  # asked once per piece of every op: millions
     # one tag object per collective, shared by its members (fewer objects on big programs)
     tensor_piece, expert_piece, grad_sync, stage_input, chunk_tail = (
         functools.cache(TensorPiece),
@@ -239,7 +240,7 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                 after, beside = beside, ()
                 if kind is not None and on is not None:
                     group, stream, tag = groups[on]
-                    size = costs.collective_bytes(on, items)
+                    size = collective_bytes(on, items)
                     collective = Collective(kind, tag(piece.label), group, size, stream=stream, deps=(piece.label,))
                     out.append(collective)
                     if on in BESIDE:  # the next piece runs beside it

@@ -190,6 +190,9 @@ def breakdown_line(s: dict) -> str:
     parts = [("compute", b["compute"])] + [(f"exposed {k}", v) for k, v in b["exposed_comm"].items() if v > 0]
     parts.append(("bubble", b["bubble"]))
     line = "breakdown        " + ", ".join(f"{name} {v * 1e3:.3f} ms" for name, v in parts)
+    groups = [(g, v) for g, v in b.get("exposed_comm_by_group", {}).items() if v > 0]
+    if groups:  # the same exposed time by the parallelism it serves
+        line += "\nexposed by group " + ", ".join(f"{g} {v * 1e3:.3f} ms" for g, v in groups)
     if "compute_by_kernel_class" in b:  # cluster.compute_model: kernel
         classes = ", ".join(f"{c} {v * 1e3:.3f} ms" for c, v in b["compute_by_kernel_class"].items())
         line += "\ncompute kernels  " + classes

@@ -21,10 +21,11 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from clustersim.sim.cost.kernel import Kernel, Pair
 from clustersim.sim.scenario.chips import AttentionMeasurement
 
 if TYPE_CHECKING:
-    from clustersim.sim.cost.kernels import Kernel, LayerKernels, Pair
+    from clustersim.sim.cost.kernels import LayerKernels
 
 
 def unfused_core(layer: LayerKernels) -> Pair:

@@ -34,7 +34,8 @@ from clustersim.schedules.order import split_steps
 from clustersim.schedules.pipeline import rank_order
 from clustersim.schedules.stage_pieces import UNIT_ITEM
 from clustersim.schedules.tp_overlap import parse_segment
-from clustersim.sim.cost.kernels import KERNEL_CLASSES, Kernel, LayerKernels, Shapes
+from clustersim.sim.cost.kernel import KERNEL_CLASSES, Kernel
+from clustersim.sim.cost.kernels import LayerKernels, Shapes
 from clustersim.sim.cost.optimizer_step import accumulation_bytes, accumulation_kernels, optimizer_kernels
 from clustersim.sim.cost.stages import tensor_parallel_item_flops, tensor_parallel_item_weight_flops
 from clustersim.sim.cost.units import tensor_parallel_plan
@@ -77,6 +78,7 @@ def shapes_of(scenario: Scenario) -> Shapes:
         # gradient_accumulation_fusion with megatron_amp_O2; Transformer Engine's
         # fuse_wgrad_accumulation, for FP8 GEMMs too).
         t.dtype == "bf16",
+        m.position_embedding == "rope",
     )
 
 

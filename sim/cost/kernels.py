@@ -5,12 +5,13 @@ For b sequences of s tokens (T = b s), hidden h, a heads of d = h / a, MLP width
 parallel t (a/t heads and f/t columns per rank; sequence parallel: the norms and residuals see
 T/t tokens), per work item of schedules.tensor_parallel.tp_stage_plan:
 
-    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query (h + 2 h_kv)/t); attention core:
+    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query (h + 2 h_kv)/t); RoPE on Q and K
+             (rotary position embeddings only); attention core:
              scores Q K^T, batched b a/t times (s x s x d), softmax and dropout over (b a/t s s), context
              P V (s x d x s), or one fused flash-attention kernel; output projection (T x h x h/t); dropout+residual
     mlp      layernorm; FC1 (T x f/t x h; gated: 2f/t, gate and up in one GEMM); GeLU or SwiGLU;
              FC2 (T x h x f/t); dropout+residual
-    embed    token + position lookup (T x h), dropout
+    embed    token (+ learned position) lookup (T x h), dropout
     head     final layernorm; logits (T x V/t x h); vocab-parallel cross-entropy over (T x V/t)
     router   logits (T/t x E x h); softmax and top-k; permute the routed rows (R/t of h)
     experts  grouped FC1 and FC2 over the E/ep local experts (R/t rows, evenly), the shared
@@ -32,12 +33,11 @@ from dataclasses import dataclass
 from clustersim.sim.cost import flash_attention, gemm
 from clustersim.sim.cost.attention_core import unfused_core
 from clustersim.sim.cost.compute import moe_routed_rows
+from clustersim.sim.cost.kernel import Kernel, Pair
 from clustersim.sim.scenario.chips import ChipSpec
 from clustersim.sim.scenario.hardware import GpuSpec
 from clustersim.sim.scenario.presets import MoESpec
 
-KERNEL_CLASSES = ("gemm", "attention_core", "elementwise", "optimizer")
-Pair = tuple[list["Kernel"], list["Kernel"]]  # a piece's forward kernels and its backward kernels
 ITEMS = ("attn", "mlp", "embed", "head", "router", "experts")
 
 # Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py; 2022's mpu/
@@ -49,21 +49,6 @@ CROSS_ENTROPY_BACKWARD_BYTES = 14
 # The router's fp32 softmax and top-k over (T/t x E) scores: read and write 4 + 4; backward 4 + 4 + 4.
 ROUTER_SOFTMAX_FORWARD_BYTES = 8
 ROUTER_SOFTMAX_BACKWARD_BYTES = 12
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel: its class, the part of a step it belongs to (F forward, B input gradient and
-    element-wise backward, W weight gradient), its time, the model FLOPs it accounts for
-    (Megatron's count: GEMMs and the attention core; 0 for element-wise kernels) and, for a weight
-    gradient, the weight's elements (what accumulating it over microbatches moves)."""
-
-    name: str
-    klass: str
-    part: str
-    time_s: float
-    flops: float = 0.0
-    weights: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +71,7 @@ class Shapes:
     fp8: bool = False  # the transformer layers' linear GEMMs in FP8 (Transformer Engine)
     kv_hidden: int | None = None  # the keys' and values' width under grouped-query attention (None: hidden)
     fp32_weight_gradients: bool = False  # weight-gradient GEMMs add into an FP32 buffer (kernel_times)
+    rope: bool = False  # rotary position embeddings on the queries and keys; False: a learned position table
 
 
 @dataclass(frozen=True)
@@ -199,12 +185,25 @@ class LayerKernels:
             return [forward], [backward]
         return unfused_core(self)
 
+    def _rope(self) -> Pair:
+        """Rotary embeddings as Megatron-Core applies them with apply_rope_fusion (NeMo's Llama and
+        Nemotron configs): Transformer Engine's fused RoPE, a kernel each for the queries and keys
+        reading and writing them (2 dt per element; the s x d cos/sin table is small), and back."""
+        sh = self.sh
+        if not sh.rope:
+            return [], []
+        dt, kv = sh.dtype_bytes, sh.kv_hidden or sh.hidden
+        queries = self.elementwise("RoPE Q", self._tokens * sh.hidden / sh.tp, 2 * dt, 2 * dt)
+        keys = self.elementwise("RoPE K", self._tokens * kv / sh.tp, 2 * dt, 2 * dt)
+        return queries[0] + keys[0], keys[1] + queries[1]
+
     def attn(self) -> ItemKernels:
         sh = self.sh
         core = self.attention_core()
         joined = self.join(
             self._norm(self._norm_tokens),
             self._linear("QKV", self._tokens, (sh.hidden + 2 * (sh.kv_hidden or sh.hidden)) // sh.tp, sh.hidden),
+            self._rope(),
             core,
             self._linear("attention projection", self._tokens, sh.hidden, sh.hidden // sh.tp),
             self._dropout_add(self._norm_tokens),
@@ -233,13 +232,14 @@ class LayerKernels:
         )
 
     def embed(self) -> ItemKernels:
-        """Token and position rows read, their sum written (3 dt); the weight gradient scatters dy
-        into the fp32 gradient rows (read dy, read and write 4 + 4: dt + 8), a W-part kernel, of the
-        V/t word rows and the s (unsplit) position rows."""
+        """Token and position rows read, their sum written (3 dt; with rope no position rows: 2 dt);
+        the weight gradient scatters dy into the fp32 gradient rows (read dy, read and write 4 + 4:
+        dt + 8), a W-part kernel, of the V/t word rows and the s (unsplit) position rows."""
         sh = self.sh
         dt, elements = sh.dtype_bytes, self._tokens * sh.hidden
-        forward, backward = self.elementwise("embedding", elements, 3 * dt, dt + 8, part="W")
-        weights = float((sh.vocab // sh.tp + sh.seq_len) * sh.hidden)
+        tables = 1 if sh.rope else 2
+        forward, backward = self.elementwise("embedding", elements, (tables + 1) * dt, dt + 8, part="W")
+        weights = float((sh.vocab // sh.tp + (0 if sh.rope else sh.seq_len)) * sh.hidden)
         lookup = (forward, [dataclasses.replace(backward[0], weights=weights)])
         return self.join(lookup, self.elementwise("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from clustersim.sim.cost import gemm
 from clustersim.sim.cost.compute import ADAM_BYTES_PER_PARAM
-from clustersim.sim.cost.kernels import Kernel
+from clustersim.sim.cost.kernel import Kernel
 from clustersim.sim.scenario.chips import ChipSpec
 from clustersim.sim.scenario.hardware import GpuSpec
 

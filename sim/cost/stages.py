@@ -43,7 +43,8 @@ def layers_params(scenario: Scenario, layers: range, embed: bool, head: bool) ->
     if m.moe is not None:  # every MoE MLP parameter; this rank's come back whole below
         params -= moe_layers * cost.moe_mlp_params(m.hidden, m.moe, m.gated_mlp)
     if embed:
-        params += (m.vocab + m.seq_len) * m.hidden  # token and position embeddings
+        params += m.vocab * m.hidden  # token embeddings
+        params += m.seq_len * m.hidden if m.position_embedding == "learned" else 0  # and a position table
     if head:
         params += m.hidden * m.vocab + 2 * m.hidden  # LM head and final layernorm
     return params / scenario.parallel.tp + _moe_whole_params(scenario, moe_layers)

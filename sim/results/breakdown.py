@@ -1,4 +1,5 @@
-"""Where a rank's step goes: compute, exposed communication by kind, bubble; and all-to-all bus bandwidth.
+"""Where a rank's step goes: compute, exposed communication by kind and by parallelism, bubble; and
+all-to-all bus bandwidth.
 
 The step-time breakdown of rank r over [0, T] (T = the step time) gives every instant one owner:
   compute_r          = |union of r's compute spans (F, B, OPT)|
@@ -7,6 +8,10 @@ The step-time breakdown of rank r over [0, T] (T = the step time) gives every in
                        if several kinds are active at once the first in EXPOSED_KINDS wins
   bubble_r           = T - compute_r - sum_K exposed_r[K]   (no compute, no communication on r)
 so compute_r + sum_K exposed_r[K] + bubble_r = T by construction, and so do the means over ranks.
+The same exposed time is split a second way, by the parallelism each span serves (GROUP_OF_STREAM:
+its op's stream), exposed_by_group_r[G] for G in TP, PP, DP, EP: an exposed instant goes to the
+group of the winning kind's spans (the first in GROUPS when spans of several are active), so the
+groups' times sum to sum_K exposed_r[K] too.
 It is one sweep over the sorted span ends (numpy): 2 million spans take about 2 s, most of it
 reading the Span tuples.
 
@@ -30,7 +35,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from clustersim.schedules.ir import COLLECTIVE_KINDS, PHASES, Collective, Comm, Program, Recv, Send
+from clustersim.schedules.ir import COLLECTIVE_KINDS, COMPUTE_STREAM, PHASES, Collective, Comm, Program, Recv, Send
 from clustersim.sim.engine.records import EventLog
 
 # Priority when several kinds are active on an idle rank: the fixed five first, then the
@@ -38,18 +43,24 @@ from clustersim.sim.engine.records import EventLog
 EXPOSED_KINDS: tuple[str, ...] = ("all_to_all", "all_reduce", "reduce_scatter", "all_gather", "p2p")
 EXPOSED_KINDS += tuple(k for k in COLLECTIVE_KINDS if k not in EXPOSED_KINDS)
 P2P_PHASES = (Comm.SEND, Comm.RECV)
+# The parallelism a communication span serves, by its op's stream (schedules.ir's send, recv and dp
+# streams, schedules.tensor_parallel's tp and ep): ZeRO's gathers and reduce-scatters are DP's.
+GROUP_OF_STREAM = {"tp": "TP", "send": "PP", "recv": "PP", "dp": "DP", "ep": "EP"}
+GROUPS = ("TP", "PP", "DP", "EP")
 
 
 @dataclass(frozen=True)
 class Breakdown:
     """Per-rank seconds (arrays of num_ranks): compute, exposed communication by kind, bubble,
-    and `in_kind_s[K]` = |union of r's spans of kind K| whether compute hides them or not."""
+    `in_kind_s[K]` = |union of r's spans of kind K| whether compute hides them or not, and the
+    exposed communication by parallelism group (GROUPS, and any other stream's by its name)."""
 
     step_time_s: float
     compute_s: np.ndarray
     exposed_s: dict[str, np.ndarray]
     bubble_s: np.ndarray
     in_kind_s: dict[str, np.ndarray]
+    exposed_by_group_s: dict[str, np.ndarray]
 
     def means(self) -> dict:
         """Means over ranks; bubble is the remainder, so the identity holds for the means too (up
@@ -59,6 +70,7 @@ class Breakdown:
             "compute_s": compute,
             "bubble_s": max(0.0, self.step_time_s - compute - sum(exposed.values())),
             "exposed_comm_s": exposed,
+            "exposed_by_group_s": {k: float(v.mean()) for k, v in self.exposed_by_group_s.items()},
         }
 
 
@@ -107,8 +119,8 @@ def step_breakdown(
     category's +1/-1 says whether it is active on a segment (every span closes on its own rank, so
     the sums return to 0 between ranks and need no reset; the order of events at one instant only
     matters on segments of length 0). A segment belongs to the lowest active category (compute,
-    then EXPOSED_KINDS in order); segment lengths summed per rank with bincount give the unions
-    and the exposed times.
+    then EXPOSED_KINDS in order, a kind's spans by group in GROUPS order); segment lengths summed
+    per rank with bincount give the unions and the exposed times.
     """
     step = log.makespan_s if step_time_s is None else step_time_s
     n, spans, ranks_n = len(log.spans), log.spans, log.num_ranks
@@ -118,6 +130,22 @@ def step_breakdown(
     except KeyError:  # a phase of no kind: category_of names it
         code = np.fromiter((codes.setdefault(s.phase, len(codes)) for s in spans), np.int64, n)
     category = np.array([category_of(p) for p in codes], dtype=np.int64)[code] if n else code
+    group_names = list(GROUPS)  # then any stream outside GROUP_OF_STREAM, by its own name
+    group_of = {stream: GROUPS.index(g) for stream, g in GROUP_OF_STREAM.items()}
+
+    def group_code(stream: str) -> int:
+        if stream not in group_of:
+            group_of[stream] = len(group_names)
+            group_names.append(stream)
+        return group_of[stream]
+
+    group_code(COMPUTE_STREAM)  # a compute span's group is never read, but every run has them
+    try:
+        group = np.fromiter(map(group_of.__getitem__, map(itemgetter(1), spans)), np.int64, n)
+    except KeyError:  # a stream of no group: named after itself
+        group = np.fromiter(map(group_code, map(itemgetter(1), spans)), np.int64, n)
+    # compute stays 0; communication of kind k and group g is 1 + k x G + g: kinds in order, then groups
+    combined = np.where(category == 0, 0, 1 + (category - 1) * len(group_names) + group)
     rank = np.fromiter(map(itemgetter(0), spans), np.int64, n)
     start = np.fromiter(map(itemgetter(6), spans), float, n)
     if sent_s:
@@ -128,34 +156,45 @@ def step_breakdown(
     start = np.clip(start, 0.0, step)
     end = np.clip(np.fromiter(map(itemgetter(7), spans), float, n), start, step)
 
-    time, rank, category = np.concatenate([start, end]), np.concatenate([rank, rank]), np.tile(category, 2)
+    time, rank, combined = np.concatenate([start, end]), np.concatenate([rank, rank]), np.tile(combined, 2)
     delta = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)])
     order = np.lexsort((time, rank))  # (2n,) events by rank, then time
-    time, rank, category, delta = time[order], rank[order], category[order], delta[order]
+    time, rank, combined, delta = time[order], rank[order], combined[order], delta[order]
     seg_rank = rank[:-1]  # (2n - 1,) segment i runs from event i to event i + 1
     seg_s = np.where(rank[1:] == seg_rank, np.diff(time), 0.0)
-    owner = np.full(len(seg_s), -1, dtype=np.int64)
-    union = np.zeros((1 + len(EXPOSED_KINDS), ranks_n))
-    present = np.flatnonzero(np.bincount(category, minlength=len(union))).tolist()  # the categories met, in order
-    for cat in present[::-1]:  # lowest category last, so it wins
-        active = np.cumsum(np.where(category == cat, delta, 0))[:-1] > 0
-        union[cat] = np.bincount(seg_rank[active], weights=seg_s[active], minlength=ranks_n)[:ranks_n]
-        owner[active] = cat
-    exposed: dict[str, np.ndarray] = {k: np.zeros(ranks_n) for k in EXPOSED_KINDS}  # a kind no span has owns nothing
-    for cat in present:
-        if cat > 0:
-            mine = owner == cat
-            exposed[EXPOSED_KINDS[cat - 1]] = np.bincount(seg_rank[mine], weights=seg_s[mine], minlength=ranks_n)[
-                :ranks_n
-            ]
     ranks = log.averaged_ranks  # a symmetric run's representatives stand for every rank
-    exposed = {k: v[ranks] for k, v in exposed.items()}
+
+    def seconds(segments: np.ndarray) -> np.ndarray:
+        """Each walked rank's total length of the `segments` (a mask)."""
+        return np.bincount(seg_rank[segments], weights=seg_s[segments], minlength=ranks_n)[:ranks_n][ranks]
+
+    width = len(group_names)
+    owner = np.full(len(seg_s), -1, dtype=np.int64)
+    union = {k: np.zeros(len(ranks)) for k in range(1 + len(EXPOSED_KINDS))}
+    present = np.flatnonzero(np.bincount(combined))[::-1].tolist()  # the categories met (no sort of the events)
+    for kind in sorted({0 if c == 0 else 1 + (c - 1) // width for c in present}, reverse=True):
+        in_kind = np.zeros(len(seg_s), dtype=bool)
+        for cat in (c for c in present if (0 if c == 0 else 1 + (c - 1) // width) == kind):  # lowest last: it wins
+            active = np.cumsum(np.where(combined == cat, delta, 0))[:-1] > 0
+            in_kind |= active
+            owner[active] = cat
+        union[kind] = seconds(in_kind)
+    # each segment's owning kind and group (-1: compute or nobody); a kind or group no span has owns nothing
+    kind_of, group_of_segment = (
+        np.where(owner > 0, (owner - 1) // width, -1),
+        np.where(owner > 0, (owner - 1) % width, -1),
+    )
+    kinds, groups = {(c - 1) // width for c in present if c > 0}, {(c - 1) % width for c in present if c > 0}
+    nothing = np.zeros(len(ranks), np.int64)  # what seconds() of no segment gives (bincount of nothing: ints)
+    exposed = {k: seconds(kind_of == i) if i in kinds else nothing.copy() for i, k in enumerate(EXPOSED_KINDS)}
+    by_group = {g: seconds(group_of_segment == i) if i in groups else nothing.copy() for i, g in enumerate(group_names)}
     return Breakdown(
         step,
-        union[0][ranks],
+        union[0],
         exposed,
-        np.maximum(0.0, step - union[0][ranks] - sum(exposed.values())),  # below 0 only by rounding (ulps)
-        {k: union[1 + i][ranks] for i, k in enumerate(EXPOSED_KINDS)},
+        np.maximum(0.0, step - union[0] - sum(exposed.values())),  # below 0 only by rounding (ulps)
+        {k: union[1 + i] for i, k in enumerate(EXPOSED_KINDS)},
+        {g: v for g, v in by_group.items() if g in GROUPS or v.any()},
     )
 
 

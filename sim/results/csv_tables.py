@@ -13,9 +13,11 @@ from clustersim.sim.results.memory import CATEGORIES
 
 def rank_rows(summary: dict) -> list[dict[str, object]]:
     """One row per rank: its bubble fraction (of the step), Megatron's bubble over ideal, peak
-    in-flight microbatches, memory peak by category (bytes), bytes sent per stream (0 where a
-    rank sends nothing on a stream) and, with the kernel compute model, compute seconds by kernel class."""
+    in-flight microbatches, exposed communication seconds by parallelism group, memory peak by
+    category (bytes), bytes sent per stream (0 where a rank sends nothing on a stream) and, with the
+    kernel compute model, compute seconds by kernel class."""
     memory, sent = summary["memory_peak_bytes_per_rank"], summary["comm_bytes_sent_per_rank"]
+    exposed = summary["exposed_comm_by_group_s_per_rank"]
     streams = sorted({stream for per_rank in sent.values() for stream in per_rank})
     kernels = summary.get("compute_by_kernel_class_s_per_rank")  # cluster.compute_model: kernel
     return [
@@ -24,6 +26,7 @@ def rank_rows(summary: dict) -> list[dict[str, object]]:
             "bubble_fraction": bubble,
             "megatron_bubble_over_ideal": over_ideal,
             "peak_inflight_microbatches": inflight,
+            **{f"exposed_{group}_s": seconds for group, seconds in exposed[rank].items()},
             **{f"memory_{c}_bytes": memory[str(rank)][c] for c in (*CATEGORIES, "total")},
             **{f"sent_{stream}_bytes": sent.get(str(rank), {}).get(stream, 0.0) for stream in streams},
             **({f"compute_{c}_s": v for c, v in kernels[rank].items()} if kernels else {}),

@@ -4,8 +4,8 @@ memory timeline and the numerics' verdict."""
 from __future__ import annotations
 
 from clustersim.schedules.ir import Program
+from clustersim.sim.cost.kernel import KERNEL_CLASSES
 from clustersim.sim.cost.kernel_times import KernelTimes
-from clustersim.sim.cost.kernels import KERNEL_CLASSES
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results import metrics
 from clustersim.sim.results.breakdown import message_departures, step_breakdown
@@ -35,6 +35,10 @@ def summarize(
     bubbles = [0.0] * log.num_ranks
     for rank, bubble_s in zip(log.averaged_ranks, breakdown.bubble_s.tolist()):
         bubbles[rank] = bubble_s / step_s if step_s > 0 else 0.0
+    by_group: list[dict[str, float]] = [{} for _ in range(log.num_ranks)]
+    for group, seconds in breakdown.exposed_by_group_s.items():
+        for rank, s in zip(log.averaged_ranks, seconds.tolist()):
+            by_group[rank][group] = s
     megatron = metrics.megatron_bubble_over_ideal_per_rank(log)
     over_ideal = [x for x in (megatron[rank] for rank in log.averaged_ranks) if x is not None]
     peaks = expand(memory_peaks(memory))
@@ -48,11 +52,13 @@ def summarize(
         "time_breakdown_s": {
             "compute": means["compute_s"],
             "exposed_comm": means["exposed_comm_s"],
+            "exposed_comm_by_group": means["exposed_by_group_s"],
             "bubble": means["bubble_s"],
         }
         | ({"compute_by_kernel_class": by_class["mean"]} if by_class else {}),
         **({"compute_by_kernel_class_s_per_rank": expand(by_class["per_rank"])} if by_class else {}),
         "bubble_fraction_per_rank": expand(bubbles),
+        "exposed_comm_by_group_s_per_rank": expand(by_group),
         "bubble_fraction_mean": means["bubble_s"] / step_s if step_s > 0 else 0.0,
         "megatron_bubble_over_ideal_per_rank": expand(megatron),
         "megatron_bubble_over_ideal_mean": sum(over_ideal) / len(over_ideal) if over_ideal else None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
@@ -111,6 +111,9 @@ class ModelSection(Section):
     gated_mlp: bool = False
     moe: MoESection | None = None
     kv_heads: int | None = Field(None, gt=0, le=MAX_WIDTH)  # grouped-query attention (Llama 2 70B, Llama 3)
+    position_embedding: Literal["learned", "rope"] = Field(
+        "learned", description="learned: GPT's table of seq_len rows; rope: rotary embeddings (Llama)"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -6,6 +6,10 @@ weight matrices (gate, up: h -> ffn; down: ffn -> h) instead of two. Attention i
 multi-head attention with h x h Q, K, V and output projections: grouped-query attention (GQA)
 and DeepSeek's multi-head latent attention (MLA) are not modelled, so presets of such models
 count more attention weights than the real model (each preset's note says by how much).
+`position_embedding`: GPT's learned table (seq_len x h, added to the token rows), or rotary
+embeddings (RoPE, Su et al. 2021, arXiv:2104.09864) turning each layer's queries and keys, as Llama 2
+("rotary positional embeddings", Touvron et al. 2023, section 2.2), Mixtral and DeepSeek-V3 have
+them: no table, one more element-wise pass over the queries and keys per layer.
 
 Mixture-of-Experts (`moe`, a `MoESpec`; None for a dense model): in an MoE layer the MLP is
 replaced by `num_experts` routed experts, each an MLP of width `expert_ffn` (gated like the
@@ -18,6 +22,7 @@ width `ffn`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -70,12 +75,17 @@ class ModelSpec:
     gated_mlp: bool = False
     moe: MoESpec | None = None
     kv_heads: int | None = None  # grouped-query attention: heads sharing keys and values in groups; None: one each
+    position_embedding: str = "learned"  # "learned": a table of seq_len rows added to the tokens (GPT); "rope": rotary
 
     @property
     def kv_hidden(self) -> int:
         """The width of the keys (and of the values): kv_heads heads of hidden / heads."""
         return self.hidden // self.heads * (self.kv_heads or self.heads)
 
+
+# What the Llama 2 models share (Touvron et al. 2023, section 2.2 and Table 1): context 4096, the
+# 32000-token vocabulary, SwiGLU MLPs and rotary position embeddings.
+_llama2 = functools.partial(ModelSpec, seq_len=4096, vocab=32000, gated_mlp=True, position_embedding="rope")
 
 MODELS: dict[str, ModelSpec] = {
     # GPT-3 XL, Brown et al. 2020, "Language Models are Few-Shot Learners" (arXiv:2005.14165),
@@ -89,10 +99,10 @@ MODELS: dict[str, ModelSpec] = {
     # (arXiv:2307.09288), Table 1 (context 4096); dims from meta-llama/Llama-2-7b-hf config.json:
     # hidden_size 4096, num_hidden_layers 32, num_attention_heads 32, intermediate_size 11008,
     # vocab_size 32000; SwiGLU MLP.
-    "llama2-7b": ModelSpec(layers=32, hidden=4096, heads=32, ffn=11008, seq_len=4096, vocab=32000, gated_mlp=True),
+    "llama2-7b": _llama2(layers=32, hidden=4096, heads=32, ffn=11008),
     # Llama 2 13B, same paper; meta-llama/Llama-2-13b-hf config.json: hidden_size 5120,
     # num_hidden_layers 40, num_attention_heads 40, intermediate_size 13824, vocab_size 32000.
-    "llama2-13b": ModelSpec(layers=40, hidden=5120, heads=40, ffn=13824, seq_len=4096, vocab=32000, gated_mlp=True),
+    "llama2-13b": _llama2(layers=40, hidden=5120, heads=40, ffn=13824),
     # Not a published model: a small GPT-style shape for quick scenarios and tests
     # (8 layers split evenly by pp 1, 2, 4, 8; 16 heads split by tp 1..16).
     "tiny-8l": ModelSpec(layers=8, hidden=1024, heads=16, ffn=4096, seq_len=1024, vocab=32000),
@@ -113,6 +123,7 @@ MODELS: dict[str, ModelSpec] = {
         seq_len=32768,
         vocab=32000,
         gated_mlp=True,
+        position_embedding="rope",
         moe=MoESpec(num_experts=8, top_k=2, expert_ffn=14336),
     ),
     # DeepSeek-V3-like, DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv:2412.19437), section
@@ -135,6 +146,7 @@ MODELS: dict[str, ModelSpec] = {
         seq_len=4096,
         vocab=129280,
         gated_mlp=True,
+        position_embedding="rope",
         moe=MoESpec(
             num_experts=256,
             top_k=8,

@@ -3,7 +3,7 @@ time by kernel class, and the classes add up to the compute the breakdown measur
 
 import pytest
 
-from clustersim.sim.cost.kernels import KERNEL_CLASSES
+from clustersim.sim.cost.kernel import KERNEL_CLASSES
 from clustersim.sim.report import breakdown_line
 from clustersim.sim.results.csv_tables import rank_rows
 from clustersim.sim.run import simulate
