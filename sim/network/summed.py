@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-REPEAT_ROWS = 4096  # replays added per accumulate call (rows x messages of memory)
+REPEAT_ELEMENTS = 1 << 20  # replays x messages added per accumulate call (8 MiB of float64 at most)
 
 
 def summed_messages(
@@ -46,8 +46,8 @@ def summed_messages(
 def repeated_sum(values: np.ndarray, times: int) -> np.ndarray:
     """`values` added up `times` times, one addition after another from zeros: bit for bit what
     that loop gives (times x values is not), as add.accumulate down a column is sequential."""
-    total = np.zeros(len(values))
-    for k in range(0, times, REPEAT_ROWS):
-        block = np.broadcast_to(values, (min(REPEAT_ROWS, times - k), len(values)))
+    total, rows = np.zeros(len(values)), max(1, REPEAT_ELEMENTS // max(len(values), 1))
+    for k in range(0, times, rows):
+        block = np.broadcast_to(values, (min(rows, times - k), len(values)))
         total = np.add.accumulate(np.concatenate([total[None], block]), axis=0)[-1]
     return total
