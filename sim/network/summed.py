@@ -45,9 +45,11 @@ def summed_messages(
 
 def repeated_sum(values: np.ndarray, times: int) -> np.ndarray:
     """`values` added up `times` times, one addition after another from zeros: bit for bit what
-    that loop gives (times x values is not), as add.accumulate down a column is sequential."""
-    total, rows = np.zeros(len(values)), max(1, REPEAT_ELEMENTS // max(len(values), 1))
+    that loop gives (times x values is not), as add.accumulate down a column is sequential. Each
+    distinct value's sum is taken once (a collective's messages mostly share one size)."""
+    distinct, back = np.unique(values, return_inverse=True)
+    total, rows = np.zeros(len(distinct)), max(1, REPEAT_ELEMENTS // max(len(distinct), 1))
     for k in range(0, times, rows):
-        block = np.broadcast_to(values, (min(rows, times - k), len(values)))
+        block = np.broadcast_to(distinct, (min(rows, times - k), len(distinct)))
         total = np.add.accumulate(np.concatenate([total[None], block]), axis=0)[-1]
-    return total
+    return total[back.reshape(-1)]
