@@ -126,6 +126,7 @@ class Walkers:
         walker = Walker(rank, stream, self.spans.append)
         handle = {kind: bind(walker) for kind, bind in handlers.items()}
         me, waiting, spans, on_progress, waits = walker.key, self.waiting, self.spans, self.on_progress, GeneratorType
+        ready = self._ready
         for op in ops:
             if on_progress is not None and len(spans) >= self._report_at:
                 self._report_at += PROGRESS_EVERY
@@ -141,18 +142,20 @@ class Walkers:
                     end = end.at
                 if end > t:
                     t = end
-            result: Any = handle[type(op)](op, t)  # Ends
+            run = handle[type(op)]
+            result: Any = run(op, t)  # Ends
             while type(result) is Pending:  # park until it is filled in, then ask again
                 yield result
-                result = handle[type(op)](op, t)
+                result = run(op, t)
             t = (yield from result) if type(result) is waits else result
             done = done_of.get(op.label)
             if done is None:
                 done_of[op.label] = t
             else:
                 done.at = t  # only a Pending is there before the op ends
-                if done.waiters:
-                    self.wake(done)
+                if done.waiters:  # (self.wake, inline: this is the hottest loop)
+                    ready.extend(done.waiters)
+                    done.waiters.clear()
         del waiting[me]
         self.ends.append(t)
 

@@ -17,6 +17,7 @@ import numpy as np
 from clustersim.sim.network.maxmin import concat_ranges, row_lengths
 from clustersim.sim.network.orbits import Orbits
 from clustersim.sim.network.records import FlowTable, LinkStats
+from clustersim.sim.network.summed import summed_messages
 from clustersim.sim.network.timeline import load_timeline
 
 LISTED_MESSAGES_MAX = 2_000_000  # past this many replayed and orbit messages, those are summed per stream
@@ -61,7 +62,6 @@ class Ledger:
         self._orbit_messages = 0
         self._signals: list[tuple[int, int, float, float, str]] = []  # zero-byte messages (src, dst, start, end, label)
         self._replays: list[tuple[Recording, float, int, int]] = []  # (recording, start, group id, place)
-        self._replayed_messages = 0
 
     # -- during the run ------------------------------------------------------------------------
 
@@ -93,13 +93,18 @@ class Ledger:
         else:
             np.add.at(self._flow_bytes, links, nbytes)
 
-    def loads(self, now: float, links: np.ndarray, load: np.ndarray, count: np.ndarray) -> None:
+    def loads(self, now: float, links: np.ndarray, load: np.ndarray, count: np.ndarray, per_link=None) -> None:
         """The flow links `links` (distinct) carry `count` flows at total rate `load` from `now`:
-        load changes, peak flows and busy time."""
+        load changes, peak flows and busy time. `per_link`: each link's real flows per quotient flow
+        (sim.network.orbits; load and count are the quotient's, the count rounded to the nearest)."""
         current, peak, since, busy_s = self._load, self._flow_peak, self._busy_from, self._flow_busy_s
         times, changed, loads, places = self._changes
         before = len(changed)
-        for link, new, flows in zip(links.tolist(), load.tolist(), count.tolist()):
+        new_loads, counts = load.tolist(), count.tolist()
+        if per_link is not None:
+            new_loads = [x * scale for x, scale in zip(new_loads, per_link.tolist())]
+            counts = [round(n * scale) for n, scale in zip(counts, per_link.tolist())]  # half to even, as np.rint
+        for link, new, flows in zip(links.tolist(), new_loads, counts):
             if new != current[link]:
                 current[link] = new
                 changed.append(link)
@@ -120,13 +125,10 @@ class Ledger:
 
     def replay(self, recording: Recording, start_s: float, label: str) -> None:
         """A recording's link statistics, load changes and messages, as if run from `start_s`."""
-        r = recording
-        counted = self._replay_counts.get(id(r))
-        if counted is None:
-            counted = self._replay_counts[id(r)] = [r, 0]
+        if (counted := self._replay_counts.get(id(recording))) is None:
+            counted = self._replay_counts[id(recording)] = [recording, 0]
         counted[1] += 1
-        self._replays.append((r, start_s, len(self.labels), self._next_place()))
-        self._replayed_messages += len(r.messages[0])
+        self._replays.append((recording, start_s, len(self.labels), self._batches + len(self._replays)))
         self.labels.append(label)
 
     def _next_place(self) -> int:
@@ -155,7 +157,8 @@ class Ledger:
 
     def _listing(self) -> bool:
         """Whether replayed and orbit messages are listed one by one (else summed, see flow_table)."""
-        return self._replayed_messages + self._orbit_messages <= LISTED_MESSAGES_MAX
+        replayed = sum(len(r.messages[0]) * times for r, times in self._replay_counts.values())
+        return replayed + self._orbit_messages <= LISTED_MESSAGES_MAX
 
     def _orbit_columns(self) -> list[tuple]:
         """The finished orbits' members as record batches."""
@@ -225,25 +228,7 @@ class Ledger:
         members' list (labelled by the first one's label)."""
         if self._listing():
             return FlowTable.summed_default()
-        sums: dict[tuple[int, str], list] = {}  # (recording or members, stream) -> [src, dst, bytes, first label]
-        stream = [label.split(":", 1)[0] for label in self.labels]  # by group id
-        for r, _, gid, _ in self._replays:
-            if (entry := sums.get(key := (id(r), stream[gid]))) is None:
-                entry = sums[key] = [r.messages[0], r.messages[1], np.zeros(len(r.messages[0])), gid]
-            entry[2] += r.messages[4]
-        for members, _, _, nbytes, gid in self._orbit_records:
-            if (entry := sums.get(key := (id(members), stream[gid]))) is None:
-                entry = sums[key] = [members[0], members[1], 0.0, gid]
-            entry[2] += nbytes
-        src, dst, nbytes, label = zip(
-            *((s, d, np.broadcast_to(b, s.shape), np.full(len(s), gid)) for s, d, b, gid in sums.values())
-        )
-        return (
-            np.concatenate(src).astype(np.int64),
-            np.concatenate(dst).astype(np.int64),
-            np.concatenate(nbytes).astype(float),
-            np.concatenate(label).astype(np.int64),
-        )
+        return summed_messages(self._replays, self._orbit_records, self.labels)
 
     def load_timeline(self, links: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every load change in time order, replays included (changes at one instant in the order

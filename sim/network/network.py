@@ -135,7 +135,8 @@ class Network:
         now = self.env.now
         gid = self.ledger.group(label)
         key = (src.tobytes(), dst.tobytes(), nbytes.tobytes())
-        plan = kept(self._plans, key, len(src), lambda: plan_messages(self.routes, self.orbits, src, dst, nbytes))
+        if (plan := self._plans.get(key)) is None:
+            plan = kept(self._plans, key, len(src), lambda: plan_messages(self.routes, self.orbits, src, dst, nbytes))
         land_s = now + plan.idle_s if plan.idle_s is not None else now
         if plan.idle_s is not None:  # zero-byte messages still pay the path latency; a message to oneself pays nothing
             self._record_idle(plan, now, gid)
@@ -187,11 +188,8 @@ class Network:
         self._generation += 1
         flows, now = self._flows, self.env.now
         links = flows.touched
-        load, count = flows.loads(links), flows.counts(links)
-        if self.orbits is not None:  # the quotient's, as on each link of the orbit
-            per_link = self.orbits.per_link[links]
-            load, count = load * per_link, np.rint(count * per_link).astype(np.int64)
-        self.ledger.loads(now, links, load, count)
+        per_link = self.orbits.per_link[links] if self.orbits is not None else None  # the quotient's, on each link
+        self.ledger.loads(now, links, flows.loads(links), flows.counts(links), per_link)
         if not flows.num_alive:
             return
         first, self._batch = flows.next_finish(self.env.now, FINISH_TOGETHER)

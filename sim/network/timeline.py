@@ -56,7 +56,8 @@ def load_timeline(
             pieces.append((t[rows], by_canon[concat_ranges(ptr[link], ptr[link + 1])], v[rows], place[rows]))
     by_recording: dict[int, tuple[Recording, list[float], list[int]]] = {}  # each recording's replays, at once
     for recording, start_s, _, at_place in replays:
-        entry = by_recording.setdefault(id(recording), (recording, [], []))
+        if (entry := by_recording.get(id(recording))) is None:
+            entry = by_recording[id(recording)] = (recording, [], [])
         entry[1].append(start_s)
         entry[2].append(at_place)
     for recording, starts, places in by_recording.values():

@@ -93,20 +93,19 @@ SpanKey = tuple[int, str, str]  # (rank, stream, label)
 def message_departures(program: Program, log: EventLog) -> dict[SpanKey, float]:
     """RECV span key -> start of the matching SEND span (when the message left its sender); the
     program pairs them: a Recv of tag g from peer p on rank r meets p's Send of g to r."""
-    send_of: dict[tuple, SpanKey] = {}
-    recvs: list[tuple[int, Recv]] = []
-    for rank, ops in program.ops.items():  # one pass over the ops (millions on a big run)
-        for op in ops:
-            if type(op) is Send:
-                send_of[(rank, op.peer, op.tag)] = (rank, op.stream, op.label)
-            elif type(op) is Recv:
-                recvs.append((rank, op))
     sends = compress(log.spans, map(Comm.SEND.__eq__, map(itemgetter(3), log.spans)))  # the SEND spans
     send_start = {(s.rank, s.stream, s.label): s.start_s for s in sends}
+    left: dict[tuple, float] = {}  # (sender, receiver, tag) -> when the message left
+    recvs: list[tuple[int, Recv]] = []
+    for rank, ops in program.ops.items():  # two quick passes over the ops (millions on a big run)
+        for op in [op for op in ops if type(op) is Send]:
+            if (start := send_start.get((rank, op.stream, op.label))) is not None:
+                left[(rank, op.peer, op.tag)] = start
+        recvs += [(rank, op) for op in ops if type(op) is Recv]
     return {
-        (rank, op.stream, op.label): send_start[send_of[(op.peer, rank, op.tag)]]
+        (rank, op.stream, op.label): start
         for rank, op in recvs
-        if send_of.get((op.peer, rank, op.tag)) in send_start
+        if (start := left.get((op.peer, rank, op.tag))) is not None
     }
 
 
@@ -172,7 +171,7 @@ def step_breakdown(
     width = len(group_names)
     owner = np.full(len(seg_s), -1, dtype=np.int64)
     union = {k: np.zeros(len(ranks)) for k in range(1 + len(EXPOSED_KINDS))}
-    present = np.unique(combined)[::-1].tolist()
+    present = np.flatnonzero(np.bincount(combined))[::-1].tolist()  # the categories met (no sort of the events)
     for kind in sorted({0 if c == 0 else 1 + (c - 1) // width for c in present}, reverse=True):
         in_kind = np.zeros(len(seg_s), dtype=bool)
         for cat in (c for c in present if (0 if c == 0 else 1 + (c - 1) // width) == kind):  # lowest last: it wins
@@ -180,8 +179,15 @@ def step_breakdown(
             in_kind |= active
             owner[active] = cat
         union[kind] = seconds(in_kind)
-    exposed = {k: seconds((owner > 0) & ((owner - 1) // width == i)) for i, k in enumerate(EXPOSED_KINDS)}
-    by_group = {g: seconds((owner > 0) & ((owner - 1) % width == i)) for i, g in enumerate(group_names)}
+    # each segment's owning kind and group (-1: compute or nobody); a kind or group no span has owns nothing
+    kind_of, group_of_segment = (
+        np.where(owner > 0, (owner - 1) // width, -1),
+        np.where(owner > 0, (owner - 1) % width, -1),
+    )
+    kinds, groups = {(c - 1) // width for c in present if c > 0}, {(c - 1) % width for c in present if c > 0}
+    nothing = np.zeros(len(ranks), np.int64)  # what seconds() of no segment gives (bincount of nothing: ints)
+    exposed = {k: seconds(kind_of == i) if i in kinds else nothing.copy() for i, k in enumerate(EXPOSED_KINDS)}
+    by_group = {g: seconds(group_of_segment == i) if i in groups else nothing.copy() for i, g in enumerate(group_names)}
     return Breakdown(
         step,
         union[0],

@@ -178,9 +178,9 @@ class Symmetric(Scale):
     def ahead(self, op: Collective) -> Recording | None:
         """A replayed collective that its walker meets alone (the other members are its images)."""
         key = (op.kind, op.algorithm, op.group, op.nbytes)
-        if key not in self._ahead:
-            self._ahead[key] = self.replayed(op, op.nbytes) if self.in_person(op) == 1 else None
-        return self._ahead[key]
+        if (found := self._ahead.get(key, self)) is self:  # (None is an answer: not ahead)
+            found = self._ahead[key] = self.replayed(op, op.nbytes) if self.in_person(op) == 1 else None
+        return found  # type: ignore[return-value]
 
     def groups(self, op: Collective) -> list[tuple[int, ...]]:
         return self.symmetry.groups(op.group)
