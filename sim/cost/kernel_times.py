@@ -196,11 +196,21 @@ class KernelTimes:
         """Seconds of a stage's whole F or unsplit B op (the planner's estimate, sim.plan.estimate)."""
         return sum(k.time_s for k in self._kernels(phase, stage, None, False, 0.0))
 
+    @functools.cached_property
+    def _per_weight(self) -> tuple[int, int]:
+        """accumulation_bytes of a stage's later backwards and of its first."""
+        dtype = self.scenario.training.dtype
+        return accumulation_bytes(dtype, False), accumulation_bytes(dtype, True)
+
     def _key(self, op: Compute) -> Key:
-        split = op.phase == Phase.B and (op.microbatch, op.stage) in self.split
-        gradients = op.phase == Phase.W or (op.phase == Phase.B and not split)
-        per_weight = accumulation_bytes(self.scenario.training.dtype, op.microbatch == 0) if gradients else 0
-        return (op.phase, op.stage, op.part, split, op.nbytes, per_weight)
+        """What an op's time depends on; asked for every compute op a run walks (millions), so the
+        weight gradients' accumulation bytes are looked up, not worked out."""
+        phase = op.phase
+        if phase is Phase.B:
+            split = (op.microbatch, op.stage) in self.split if self.split else False
+            return (phase, op.stage, op.part, split, op.nbytes, 0 if split else self._per_weight[op.microbatch == 0])
+        per_weight = self._per_weight[op.microbatch == 0] if phase is Phase.W else 0
+        return (phase, op.stage, op.part, False, op.nbytes, per_weight)
 
     def kernels_of(self, op: Compute) -> list[Kernel]:
         """The kernels an op runs, in order."""
