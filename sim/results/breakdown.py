@@ -172,9 +172,12 @@ def step_breakdown(
     owner = np.full(len(seg_s), -1, dtype=np.int64)
     union = {k: np.zeros(len(ranks)) for k in range(1 + len(EXPOSED_KINDS))}
     present = np.flatnonzero(np.bincount(combined))[::-1].tolist()  # the categories met (no sort of the events)
-    for kind in sorted({0 if c == 0 else 1 + (c - 1) // width for c in present}, reverse=True):
+    met: dict[int, list[int]] = {}  # category (0 compute, 1 + EXPOSED_KINDS index) -> its combined ones met
+    for c in present:  # highest first, so kinds come highest first too
+        met.setdefault(0 if c == 0 else 1 + (c - 1) // width, []).append(c)
+    for kind, cats in met.items():
         in_kind = np.zeros(len(seg_s), dtype=bool)
-        for cat in (c for c in present if (0 if c == 0 else 1 + (c - 1) // width) == kind):  # lowest last: it wins
+        for cat in cats:  # lowest last: it wins
             active = np.cumsum(np.where(combined == cat, delta, 0))[:-1] > 0
             in_kind |= active
             owner[active] = cat
