@@ -33,7 +33,7 @@ from collections.abc import Callable
 from clustersim.schedules.ir import DP_STREAM, GRADIENT_PHASES, Collective, Comm, Compute, Op, Phase, Program
 from clustersim.schedules.layout import Layout
 from clustersim.schedules.param_gather import first_forward_uses
-from clustersim.schedules.tags import GradBucket, ParamBucket
+from clustersim.schedules.tags import GradBucket, GradSync, ParamBucket
 from clustersim.schedules.zero3 import UnitStarts, add_zero3, final_units, unit_buckets, unit_uses
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -56,6 +56,7 @@ def add_data_parallel(
     zero3_units: tuple[Callable[[int, int], float], UnitStarts, int] | None = None,
     overlap: tuple[Callable[[int], list[float]], UnitStarts] | None = None,
     overlap_param_gather: bool = False,
+    grad_scale: float = 1.0,
 ) -> Program:
     """The program with each stage's gradient (and, for ZeRO, parameter) collectives added.
 
@@ -71,7 +72,9 @@ def add_data_parallel(
     collective starts when its units' part of the last backward has ended, overlapping the rest.
     `overlap_param_gather` (stages 1-2 with `overlap`, Megatron-LM's overlap_param_gather): each
     bucket's weights are gathered one bucket ahead of the next step's forward, the first after its
-    stage's optimizer step (schedules.param_gather), not all after the steps.
+    stage's optimizer step (schedules.param_gather), not all after the steps. `grad_scale`: a
+    gradient's bytes per weight byte, what the reductions move (2: FP32 gradients of 16-bit
+    weights); the weight all-gathers and the buckets' bounds stay the weights'.
     """
     if zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero stage must be one of {ZERO_STAGES}, got {zero_stage}")
@@ -81,7 +84,7 @@ def add_data_parallel(
         raise ValueError("ZeRO 3 with expert parallelism is not modelled")
     if zero_stage == 3:
         unit_bytes, unit_starts, prefetch = zero3_units or (lambda stage, unit: weight_bytes(stage), _one_unit, 1)
-        return add_zero3(program, layout, unit_bytes, unit_starts, prefetch)
+        return _tensor_sums_last(add_zero3(program, layout, unit_bytes, unit_starts, prefetch, grad_scale))
     if overlap is not None and layout.ep > 1:
         raise ValueError("overlapping the gradient reduction with expert parallelism is not modelled")
     if overlap_param_gather and (overlap is None or zero_stage not in (1, 2)):
@@ -105,12 +108,19 @@ def add_data_parallel(
         sets = functools.partial(_gradient_sets, layout, d, p, t, weight_bytes, expert_bytes)
         computes = [op for op in program.ops[rank] if isinstance(op, Compute)]
         last_backward = {op.stage: op.label for op in computes if op.phase in GRADIENT_PHASES}
-        # a stage's gradients are whole once its last backward (or W) and whatever else its optimizer
-        # step waits for (tensor parallelism's gradient sum) have finished; overlapped, a bucket's
-        # once its units' are (zero3.final_units)
-        grads_ready = {op.stage: (last_backward[op.stage], *op.deps) for op in computes if op.phase == Phase.OPT}
+        # not overlapped, a stage's gradients are reduced once its last backward (or W) and whatever
+        # else its optimizer step waits for but the tensor-parallel sum (blocking sends) have
+        # finished, as Megatron-LM's train_step reduces them after its schedule returns; overlapped,
+        # a bucket's as soon as its units' part of the last backward has (zero3.final_units)
+        tensor_sums = {
+            op.label for op in program.ops[rank] if isinstance(op, Collective) and isinstance(op.tag, GradSync)
+        }
+        grads_ready = {
+            op.stage: (last_backward[op.stage], *(dep for dep in op.deps if dep not in tensor_sums))
+            for op in computes
+            if op.phase == Phase.OPT
+        }
         if overlap is not None:
-            step_deps = {op.stage: op.deps for op in computes if op.phase == Phase.OPT}
             ready = {
                 label: [b for stage, unit in done for b, units in enumerate(groups(stage)) if units[0] == unit]
                 for label, done in final_units(program.ops[rank], unit_uses(program.ops[rank], unit_starts)).items()
@@ -150,13 +160,13 @@ def add_data_parallel(
             if overlap is not None and isinstance(op, Compute) and op.label in ready:
                 members = layout.dp_group(p, t)
                 out.extend(
-                    Collective(reduce, tag, members, size, stream=DP_STREAM, deps=(op.label, *step_deps[op.stage]))
+                    Collective(reduce, tag, members, size * grad_scale, stream=DP_STREAM, deps=(op.label,))
                     for b in ready[op.label]
                     for tag, size in [stage_buckets(op.stage, t, None, 0.0)[b]]
                 )
             elif overlap is None and isinstance(op, Compute) and last_backward.get(op.stage) == op.label:
                 out.extend(
-                    Collective(reduce, tag, members, size, stream=DP_STREAM, deps=grads_ready[op.stage])
+                    Collective(reduce, tag, members, size * grad_scale, stream=DP_STREAM, deps=grads_ready[op.stage])
                     for expert_rank, members, total in sets(op.stage)
                     for tag, size in stage_buckets(op.stage, t, expert_rank, total)
                 )
@@ -169,6 +179,29 @@ def add_data_parallel(
             if op.label == first_step:  # the next step's first bucket, once its stage's update has run
                 out.append(gathers[0])
         ops[rank] = out
+    return _tensor_sums_last(dataclasses.replace(program, ops=ops))
+
+
+def _tensor_sums_last(program: Program) -> Program:
+    """Each stage's tensor-parallel gradient sum (GradSync) after the data-parallel reductions of
+    its gradients, with the others just before the optimizer steps, as Megatron-LM runs them
+    (megatron/core/distributed/finalize_model_grads.py: finish_grad_sync, then
+    _allreduce_layernorm_grads; the 2022 training.py in the same order)."""
+    ops: dict[int, list[Op]] = {}
+    for rank, rank_ops in program.ops.items():
+        reduced: dict[int, list[str]] = {}
+        sums: list[tuple[Collective, int]] = []
+        rest: list[Op] = []
+        for op in rank_ops:
+            if isinstance(op, Collective) and isinstance(op.tag, GradSync):
+                sums.append((op, op.tag.stage))
+                continue
+            if isinstance(op, Collective) and isinstance(op.tag, GradBucket):
+                reduced.setdefault(op.tag.stage, []).append(op.label)
+            rest.append(op)
+        steps = next(i for i, op in enumerate(rest) if isinstance(op, Compute) and op.phase == Phase.OPT)
+        after = [dataclasses.replace(op, deps=(*op.deps, *reduced.get(stage, ()))) for op, stage in sums]
+        ops[rank] = rest[:steps] + after + rest[steps:] if sums else rank_ops
     return dataclasses.replace(program, ops=ops)
 
 

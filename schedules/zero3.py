@@ -61,13 +61,15 @@ def add_zero3(
     unit_bytes: Callable[[int, int], float],
     unit_starts: UnitStarts,
     prefetch: int = 1,
+    grad_scale: float = 1.0,
 ) -> Program:
     """The program with each stage's per-unit weight gathers and gradient reduce-scatters (module
     docstring), and its optimizer step on the rank's 1/N of the state after them.
 
     `unit_bytes(stage, unit)`: a unit's 16-bit weight bytes on one rank (= its gradients').
     `unit_starts(phase, stage, split)`: the piece each unit of such an op starts in, in the op's
-    order (stage_pieces.unit_starts); a whole op (not cut) is one unit.
+    order (stage_pieces.unit_starts); a whole op (not cut) is one unit. `grad_scale`: a gradient's
+    bytes per weight byte (2: FP32 gradients), what each reduce-scatter moves.
     """
     if prefetch < 0:
         raise ValueError(f"ZeRO-3 prefetch must be >= 0 units, got {prefetch}")
@@ -79,7 +81,6 @@ def add_zero3(
         rank_ops = program.ops[rank]
         uses = unit_uses(rank_ops, unit_starts)
         at_start = {use.first: j for j, use in enumerate(uses)}
-        step_deps = {op.stage: op.deps for op in rank_ops if isinstance(op, Compute) and op.phase == Phase.OPT}
         reduce_after = {label: [unit for _, unit in done] for label, done in final_units(rank_ops, uses).items()}
         gathers: list[str] = []  # labels of the gathers issued so far, use by use
         reduced: dict[int, list[str]] = {}  # stage -> labels of its reduce-scatters
@@ -113,9 +114,9 @@ def add_zero3(
                     "reduce_scatter",
                     grads_tag(op.stage, t, unit),
                     group,
-                    unit_bytes(op.stage, unit),
+                    unit_bytes(op.stage, unit) * grad_scale,
                     stream=STREAM,
-                    deps=(op.label, *step_deps[op.stage]),
+                    deps=(op.label,),
                 )
                 out.append(reduce)
                 reduced.setdefault(op.stage, []).append(reduce.label)
@@ -135,17 +136,17 @@ def unit_ranges(layers: range, unit_layers: int | None) -> list[range]:
 def final_units(rank_ops: list[Op], uses: list[_Use]) -> dict[str, list[tuple[int, int]]]:
     """label -> the (stage, unit)s whose gradients are final once that op (piece) ends, in the
     order they become so: each unit's part of its stage's last gradient op (a W is whole: every
-    unit after it). A stage whose gradients are summed over the tensor-parallel group first (its
-    optimizer step waits for that sum) has them all final after the op's last piece, where the
-    sum starts."""
+    unit after it). Not later under tensor parallelism: Megatron-LM sums the replicated
+    parameters' gradients over the tensor-parallel group after the data-parallel reduction
+    (megatron/core/distributed/finalize_model_grads.py: finish_grad_sync, then
+    _allreduce_layernorm_grads; the 2022 training.py in the same order), and a sum's order does
+    not change it."""
     computes = [op for op in rank_ops if isinstance(op, Compute)]
     last_gradient_op = {op.stage: _whole(op) for op in computes if op.phase in GRADIENT_PHASES}
-    step_deps = {op.stage: op.deps for op in computes if op.phase == Phase.OPT}
-    final = {op.stage: op.label for op in computes if _whole(op) == last_gradient_op[op.stage]}
     done: dict[str, list[tuple[int, int]]] = {}
     for use in uses:
         if _whole_label(use.first) == last_gradient_op[use.stage]:
-            done.setdefault(final[use.stage] if step_deps[use.stage] else use.done, []).append((use.stage, use.unit))
+            done.setdefault(use.done, []).append((use.stage, use.unit))
     for w in computes:
         if w.phase == Phase.W and _whole(w) == last_gradient_op[w.stage]:
             done.setdefault(w.label, []).extend((w.stage, u) for u in reversed(range(_unit_count(uses, w.stage))))

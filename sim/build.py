@@ -130,7 +130,7 @@ def make_program(
             item_flops,
             activation_bytes=layer_act,
             loss_gather_bytes=p.tp * 2 * t.micro_batch * m.seq_len * 4.0,
-            grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * 2.0,
+            grad_sync_bytes=lambda s: partial_grad_params(scenario, s) * scenario.gradient_bytes,
             alltoall_bytes=alltoall_bytes(scenario),
             counts_bytes=m.moe.num_experts * 8.0 if m.moe is not None else 0.0,
             item_weight_flops=item_weight_flops,
@@ -148,6 +148,7 @@ def make_program(
         if p.megatron.overlap_grad_reduce
         else None,
         p.megatron.overlap_param_gather,
+        scenario.gradient_bytes / 2.0,
     )
     if check:
         validate(program, attrgetter("group") if representatives is None else members_held(program), dry_run)

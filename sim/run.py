@@ -87,7 +87,7 @@ def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     output = 0.0 if p.megatron.deallocate_outputs else output / (p.tp if p.sequence_parallel else 1)
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
-            states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)
+            states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp, grad_bytes=scenario.gradient_bytes)
             static[rank] = {k: static.get(rank, {}).get(k, 0.0) + v for k, v in states.items()}
             sent = output if stage < p.num_stages - 1 and placement.get(stage + 1) != rank else 0.0
             activations.setdefault(rank, {})[stage] = m.layers // p.num_stages * per_layer + sent

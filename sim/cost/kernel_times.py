@@ -76,8 +76,8 @@ def shapes_of(scenario: Scenario) -> Shapes:
         # runs use (sim.cost.optimizer_step) and NeMo's configs turn on (NVIDIA/NeMo-Framework-
         # Launcher launcher_scripts/conf/training/gpt3/5b.yaml, llama/llama2_7b.yaml:
         # gradient_accumulation_fusion with megatron_amp_O2; Transformer Engine's
-        # fuse_wgrad_accumulation, for FP8 GEMMs too).
-        t.dtype == "bf16",
+        # fuse_wgrad_accumulation, for FP8 GEMMs too): the FP32 gradients of grad_reduce_in_fp32.
+        scenario.grad_reduce_in_fp32,
         m.position_embedding == "rope",
     )
 

@@ -32,13 +32,16 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 ADAM_K = 12  # bytes of optimizer state per parameter: fp32 master weight, momentum, variance
 
 
-def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int, k: int = ADAM_K) -> dict[str, float]:
+def model_state_bytes(
+    params_per_rank: float, zero_stage: int, dp: int, k: int = ADAM_K, grad_bytes: float = 2.0
+) -> dict[str, float]:
     """Bytes of weights, gradients and optimizer state on one rank (see the module docstring).
 
     `params_per_rank` is Psi after the tensor- and pipeline-parallel split (the caller computes
     it); `dp` is Nd, the data-parallel ranks that shard it under ZeRO; `k` is the optimizer's
-    bytes per parameter (12 for mixed-precision Adam). weights = 2 Psi (/ Nd at stage 3);
-    gradients = 2 Psi (/ Nd at stages 2 and 3); optimizer = K Psi (/ Nd at stages 1 to 3).
+    bytes per parameter (12 for mixed-precision Adam); `grad_bytes` a gradient's (2, or 4 in
+    Megatron-LM's FP32 gradient buffer: Scenario.gradient_bytes). weights = 2 Psi (/ Nd at stage
+    3); gradients = grad_bytes Psi (/ Nd at stages 2 and 3); optimizer = K Psi (/ Nd at stages 1 to 3).
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, not {zero_stage!r}")
@@ -49,7 +52,7 @@ def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int, k: int =
     psi = float(params_per_rank)
     return {
         "weights": 2 * psi / (dp if zero_stage >= 3 else 1),
-        "gradients": 2 * psi / (dp if zero_stage >= 2 else 1),
+        "gradients": grad_bytes * psi / (dp if zero_stage >= 2 else 1),
         "optimizer": k * psi / (dp if zero_stage >= 1 else 1),
     }
 

@@ -113,7 +113,10 @@ def memory_peak_bytes(scenario: Scenario) -> float:
     peaks = []
     for rank in range(p.pp):
         stages = _stages_of(scenario, rank)
-        static = sum(sum(model_state_bytes(stage_params(scenario, s), p.zero, p.dp).values()) for s in stages)
+        static = sum(
+            sum(model_state_bytes(stage_params(scenario, s), p.zero, p.dp, grad_bytes=scenario.gradient_bytes).values())
+            for s in stages
+        )
         gather = gathered_peak_bytes(scenario, order[rank]) if p.zero == 3 and p.dp > 1 else 0.0
         sends = any(s < p.num_stages - 1 for s in stages)  # holds its output until the backward, if kept
         peaks.append(static + gather + played.peak_inflight[rank] * (per_stage + (output if sends else 0.0)))

@@ -38,6 +38,13 @@ class MegatronSection(Section):
         description="a rank's next compute waits for its earlier pipeline sends (Megatron-LM 2021-22: batch_isend_"
         "irecv, wait, torch.cuda.synchronize). Default: on with compute_model kernel, off with the roofline",
     )
+    grad_reduce_in_fp32: bool | None = Field(
+        None,
+        description="gradients accumulated in an FP32 buffer and reduced over data parallelism in FP32: 4 bytes a "
+        "gradient, not the 16-bit weights' 2 (Megatron-LM forces --accumulate-allreduce-grads-in-fp32 with "
+        "--bf16; Apex DistributedFusedAdam, NeMo's distributed_fused_adam, reduces in its state dtype, FP32, "
+        "unless grad_sync_dtype is set). Default: on with bf16 and compute_model kernel, off otherwise",
+    )
     overlap_grad_reduce: bool = Field(
         False,
         description="ZeRO 0-2: bucket the gradients by whole layers (parallel.bucket each at least) and "

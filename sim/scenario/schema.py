@@ -27,6 +27,7 @@ from clustersim.schedules.pipeline import SCHEDULES, ScheduleError
 from clustersim.sim.collectives import nccl_versions
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.errors import FieldError, ScenarioError, show_value
+from clustersim.sim.scenario.expert_rules import check_expert_parallel
 from clustersim.sim.scenario.fields import Section, one_of
 from clustersim.sim.scenario.hardware import GpuSpec
 from clustersim.sim.scenario.megatron_section import check_overlap_param_gather, check_tp_comm_overlap
@@ -92,7 +93,7 @@ class Scenario(Section):
             raise FieldError("parallel.tp", f"{p.tp} does not divide model.kv_heads ({m.kv_heads})")
         if m.ffn % p.tp:
             raise FieldError("parallel.tp", f"{p.tp} does not divide model.ffn ({m.ffn})")
-        self._check_expert_parallel()
+        check_expert_parallel(self.model, self.model_spec.seq_len, self.parallel, self.training, self.numerics)
         if p.world_size != c.num_gpus:
             raise FieldError(
                 "parallel",
@@ -175,71 +176,6 @@ class Scenario(Section):
                 f"needs FP8 tensor cores with a measured FP8 matmul ceiling: {known}, not {self.cluster.gpu}",
             )
 
-    def _check_expert_parallel(self) -> None:
-        """Layout rule (DeepSpeed-MoE; Megatron-Core's expert parallelism with expert tensor parallel
-        1): the dp ranks holding one (stage, tp shard) form dp / ep expert-parallel groups of ep
-        consecutive dp indices; EP rank r of a group holds experts r E/ep .. (r + 1) E/ep - 1 of
-        every MoE layer whole. A tensor-parallel group splits an MoE layer's tokens, not its
-        experts: each of its tp ranks routes and dispatches 1/tp of a microbatch's tokens, so tp
-        must divide them, and the experts' gradients are summed over the tp ranks, then reduced
-        among the dp / ep ranks holding the same experts (which also share their ZeRO shards). So
-        ep must divide both dp and the expert count. (Megatron-Core can also spread the experts
-        over the tp ranks, ep | dp x tp; that layout is not modelled.)"""
-        m, p = self.model, self.parallel
-        if m.moe is None:
-            if p.ep > 1:
-                raise FieldError("parallel.ep", f"{p.ep} needs an MoE model (set model.moe); this model is dense")
-            if self.numerics.hot_expert_bias:
-                raise FieldError("numerics.hot_expert_bias", "needs an MoE model (set model.moe); this model is dense")
-            return
-        if m.moe.num_experts % p.ep:
-            raise FieldError("parallel.ep", f"{p.ep} does not divide model.moe.experts ({m.moe.num_experts})")
-        if p.dp % p.ep:
-            raise FieldError(
-                "parallel.ep",
-                (
-                    f"{p.ep} does not divide parallel.dp ({p.dp}): expert-parallel groups are carved out of the "
-                    "data-parallel group"
-                ),
-            )
-        t, n = self.training, self.numerics
-        if (t.micro_batch * self.model_spec.seq_len) % p.tp:
-            raise FieldError(
-                "parallel.tp",
-                (
-                    f"{p.tp} does not divide training.micro_batch ({t.micro_batch}) x model.seq_len "
-                    f"({self.model_spec.seq_len}) = {t.micro_batch * self.model_spec.seq_len} tokens: each "
-                    "tensor-parallel rank routes 1/tp of a microbatch's tokens to the experts"
-                ),
-            )
-        if p.ep > 1 and p.zero == 3:
-            raise FieldError(
-                "parallel.zero",
-                "3 with parallel.ep > 1 is not modelled yet (ZeRO 3 gathers of "
-                "expert weights among the ranks holding them); use zero 0, 1 or 2",
-            )
-        if p.ep > 1 and p.megatron.overlap_grad_reduce:
-            raise FieldError(
-                "parallel.megatron.overlap_grad_reduce",
-                "with parallel.ep > 1 is not modelled yet (the experts' gradients are bucketed on "
-                "their own); turn it off",
-            )
-        if n.enabled and (n.micro_batch * n.seq_len) % p.tp:
-            raise FieldError(
-                "numerics.seq_len",
-                (
-                    f"{n.seq_len} x numerics.micro_batch ({n.micro_batch}) = {n.micro_batch * n.seq_len} tokens is "
-                    f"not divisible by parallel.tp ({p.tp}): each tensor-parallel rank of the shadow model routes "
-                    "1/tp of a microbatch's tokens"
-                ),
-            )
-        if n.enabled and m.moe.shared_experts > 1:  # what the shadow model's experts can do so far
-            raise FieldError(
-                "numerics.enabled",
-                "the shadow model's experts do not support more than one shared "
-                "expert yet: set numerics.enabled: false (the MoE layers are still timed)",
-            )
-
     @property
     def num_gpus(self) -> int:
         return self.cluster.num_gpus
@@ -254,6 +190,18 @@ class Scenario(Section):
         """parallel.megatron.blocking_p2p; unset, as Megatron-LM with the kernel compute model."""
         blocking = self.parallel.megatron.blocking_p2p
         return self.cluster.compute_model == "kernel" if blocking is None else blocking
+
+    @property
+    def grad_reduce_in_fp32(self) -> bool:
+        """parallel.megatron.grad_reduce_in_fp32; unset, as Megatron-LM and NeMo with bf16 (and the
+        kernel compute model, whose bf16 weight gradients are summed into the FP32 buffer)."""
+        fp32 = self.parallel.megatron.grad_reduce_in_fp32
+        return self.cluster.compute_model == "kernel" and self.training.dtype == "bf16" if fp32 is None else fp32
+
+    @property
+    def gradient_bytes(self) -> float:
+        """Bytes of one gradient as it is kept and reduced: 4 in FP32, else the 16-bit weights' 2."""
+        return 4.0 if self.grad_reduce_in_fp32 else 2.0
 
     @property
     def model_spec(self) -> ModelSpec:
@@ -296,4 +244,5 @@ _LATER_KEYS = (  # (path, default) of keys added after the first summaries were 
     (("training", "fp8"), False),
     (("model", "kv_heads"), None),
     (("parallel", "megatron", "blocking_p2p"), None),
+    (("parallel", "megatron", "grad_reduce_in_fp32"), None),
 )

@@ -18,7 +18,9 @@ from clustersim.topologies.switch import switch
 WEIGHT_BYTES = 400e6  # 16-bit weights (= gradients) of one stage on one rank
 
 
-def dp_program(dp: int, pp: int, zero: int, m: int = 1, bucket_bytes: float = 100e6) -> Program:
+def dp_program(
+    dp: int, pp: int, zero: int, m: int = 1, bucket_bytes: float = 100e6, grad_scale: float = 1.0
+) -> Program:
     layout = Layout(dp=dp, pp=pp, tp=1)
     replicas = []
     for d in range(dp):
@@ -32,7 +34,9 @@ def dp_program(dp: int, pp: int, zero: int, m: int = 1, bucket_bytes: float = 10
             optimizer_bytes=lambda s: 1e9,
         )
         replicas.append(local.relabel(dict(enumerate(layout.pp_group(d, 0)))))
-    program = add_data_parallel(Program.merge(replicas), layout, lambda s: WEIGHT_BYTES, zero, bucket_bytes)
+    program = add_data_parallel(
+        Program.merge(replicas), layout, lambda s: WEIGHT_BYTES, zero, bucket_bytes, grad_scale=grad_scale
+    )
     validate(program)
     return program
 
@@ -60,6 +64,18 @@ def test_zero_3_sends_one_and_a_half_times_that(dp):
     sent = bytes_sent_on_dp(dp_program(dp, 2, 3), 2 * dp)
     for rank, nbytes in sent.items():
         assert nbytes == pytest.approx(1.5 * 2 * (dp - 1) / dp * WEIGHT_BYTES, rel=1e-9), rank
+
+
+@pytest.mark.parametrize("zero,weight_moves,gradient_moves", [(0, 0, 2), (1, 1, 1), (2, 1, 1), (3, 2, 1)])
+def test_fp32_gradients_double_the_reductions_and_leave_the_gathers(zero, weight_moves, gradient_moves):
+    """FP32 gradients of 16-bit weights (grad_scale 2): each (N-1)/N pass over the gradients (an
+    all-reduce's two, a reduce-scatter's one) moves 4 bytes a parameter, each pass over the weights
+    (ZeRO's all-gathers: after the step, or ZeRO 3's before the forward and the backward) 2."""
+    dp = 4
+    sent = bytes_sent_on_dp(dp_program(dp, 2, zero, grad_scale=2.0), 2 * dp)
+    want = (dp - 1) / dp * WEIGHT_BYTES * (weight_moves + 2 * gradient_moves)
+    for rank, nbytes in sent.items():
+        assert nbytes == pytest.approx(want, rel=1e-9), rank
 
 
 def test_buckets_cover_the_gradients():

@@ -97,9 +97,13 @@ def test_overlapped_gradient_reduction_starts_inside_the_last_backward(zero, tp,
             )
         last_backward = max(s.end_s for s in on.log.spans if s.rank == rank and s.phase == Phase.B)
         first = min(s.start_s for s in on.log.spans if s.rank == rank and s.label == reduces[0].label)
-        if len(groups) > 1 and not sp:  # under sequence parallelism the tensor-parallel sum comes first
+        if len(groups) > 1:  # Megatron-LM sums the tensor-parallel gradients after (finalize_model_grads)
             assert first < last_backward
-    assert on.summary["step_time_s"] <= off.summary["step_time_s"]
+    exposed = [result.summary["time_breakdown_s"]["exposed_comm_by_group"]["DP"] for result in (on, off)]
+    assert exposed[0] < exposed[1]
+    if tp == 1:  # with tensor parallelism the early reductions share the links with the backward's
+        # collectives and sends and can delay them (here 10 us of a 4 ms step): no faster step promised
+        assert on.summary["step_time_s"] <= off.summary["step_time_s"]
 
 
 def test_rejects_overlap_with_expert_parallelism():
