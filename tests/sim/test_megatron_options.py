@@ -10,7 +10,7 @@ by the closed forms."""
 import pytest
 
 from clustersim.schedules.ir import Collective, Phase, Recv
-from clustersim.schedules.tags import GradBucket, StageInput
+from clustersim.schedules.tags import GradBucket, GradSync, StageInput
 from clustersim.schedules.zero3 import unit_buckets
 from clustersim.sim.cost.compute import boundary_activation_bytes
 from clustersim.sim.cost.stages import weight_bytes
@@ -104,6 +104,26 @@ def test_overlapped_gradient_reduction_starts_inside_the_last_backward(zero, tp,
     if tp == 1:  # with tensor parallelism the early reductions share the links with the backward's
         # collectives and sends and can delay them (here 10 us of a 4 ms step): no faster step promised
         assert on.summary["step_time_s"] <= off.summary["step_time_s"]
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_tensor_parallel_gradient_sum_follows_the_data_parallel_reduction(zero, overlap):
+    """Megatron-Core's finalize_model_grads: finish_grad_sync (every bucket reduced over data
+    parallelism), then _allreduce_layernorm_grads (the sequence-parallel layernorms' gradients
+    summed over the tensor-parallel group), then the optimizer step."""
+    result = run(2, True, dp=2, zero=zero, overlap_grad_reduce=overlap)
+    assert result.summary["numerics_max_rel_err"] < 1e-10
+    for rank, ops in result.program.ops.items():
+        spans = {s.label: s for s in result.log.spans if s.rank == rank}
+        for op in ops:
+            if isinstance(op, Collective) and isinstance(op.tag, GradSync):
+                reduced = [
+                    spans[o.label].end_s
+                    for o in ops
+                    if isinstance(o, Collective) and isinstance(o.tag, GradBucket) and o.tag.stage == op.tag.stage
+                ]
+                assert reduced and spans[op.label].start_s >= max(reduced), (rank, op.label)
 
 
 def test_rejects_overlap_with_expert_parallelism():
