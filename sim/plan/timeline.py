@@ -73,12 +73,19 @@ def _needs(phase: Phase, mb: int, stage: int, last_stage: int) -> tuple[Step, ..
 
 def _peak_inflight(steps: list[Step]) -> int:
     """Most (microbatch, stage) pairs between their forward and their last backward op at once."""
+    return round(peak_held_bytes(steps, dict.fromkeys({stage for _, _, stage in steps}, 1.0)))
+
+
+def peak_held_bytes(steps: list[Step], stage_bytes: dict[int, float]) -> float:
+    """Most bytes a rank holds at once in its order `steps`: a (microbatch, stage) holds
+    `stage_bytes[stage]` from its forward until its last backward op (B, or W when split), which
+    frees them before the rank's next forward counts (as sim.results.memory's timeline does)."""
     last = {(mb, stage): i for i, (phase, mb, stage) in enumerate(steps) if phase != Phase.F}
-    held = peak = 0
+    held = peak = 0.0
     for i, (phase, mb, stage) in enumerate(steps):
         if phase == Phase.F:
-            held += 1
+            held += stage_bytes[stage]
             peak = max(peak, held)
         elif last.get((mb, stage)) == i:
-            held -= 1
+            held -= stage_bytes[stage]
     return peak
