@@ -21,7 +21,7 @@ from clustersim.sim.build import (
 )
 from clustersim.sim.collector import collector_paused
 from clustersim.sim.cost.memory import model_state_bytes
-from clustersim.sim.cost.stages import stage_activation_bytes, stage_params
+from clustersim.sim.cost.stages import stage_activation_bytes, stage_input_gradient_bytes, stage_params
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
@@ -76,14 +76,17 @@ def simulate(
 def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     """Memory over time per rank: ZeRO-sharded model states of the stages a rank holds, the
     activations each stage keeps per in-flight microbatch (sim.cost.stages.stage_activation_bytes:
-    its layers', the embedding's or the LM head's, its output while sent), ZeRO-3's gathered units."""
+    its layers', the embedding's or the LM head's, its output while sent; the loss's freed by a split
+    backward's B, sim.cost.stages.stage_input_gradient_bytes), ZeRO-3's gathered units."""
     p = scenario.parallel
     static: dict[int, dict[str, float]] = {}
     activations: dict[int, dict[int, float]] = {}
+    backward_frees: dict[int, dict[int, float]] = {}
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
             states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp)
             static[rank] = {k: static.get(rank, {}).get(k, 0.0) + v for k, v in states.items()}
             sends = stage < p.num_stages - 1 and placement.get(stage + 1) != rank
             activations.setdefault(rank, {})[stage] = stage_activation_bytes(scenario, stage, sends)
-    return memory_timeline(log, static, activations, zero3=p.zero == 3 and p.dp > 1)
+            backward_frees.setdefault(rank, {})[stage] = stage_input_gradient_bytes(scenario, stage)
+    return memory_timeline(log, static, activations, zero3=p.zero == 3 and p.dp > 1, backward_frees=backward_frees)

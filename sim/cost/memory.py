@@ -136,9 +136,15 @@ def activation_bytes_per_layer(
 def head_activation_bytes(s: int, b: int, h: int, vocab: int, t: int = 1, sp: bool = False) -> float:
     """Bytes the LM head's stage keeps per microbatch beyond its layers (module docstring): the final
     layernorm's and the head GEMM's inputs, 4sbh (/t under sequence parallelism), and the
-    cross-entropy's fp32 softmax over the rank's vocabulary shard with its targets, 4sbV/t + 9sb."""
+    cross-entropy's (`cross_entropy_activation_bytes`)."""
+    return 4.0 * float(s) * b * h / (t if sp else 1) + cross_entropy_activation_bytes(s, b, vocab, t)
+
+
+def cross_entropy_activation_bytes(s: int, b: int, vocab: int, t: int = 1) -> float:
+    """The vocab-parallel cross-entropy's fp32 softmax over the rank's vocabulary shard and its
+    targets, 4sbV/t + 9sb: only the input gradient reads them (no weight gradient does)."""
     sb = float(s) * b
-    return 4.0 * sb * h / (t if sp else 1) + 4.0 * sb * vocab / t + 9.0 * sb
+    return 4.0 * sb * vocab / t + 9.0 * sb
 
 
 def embedding_activation_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False) -> float:

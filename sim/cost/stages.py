@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.sim.cost import compute as cost
-from clustersim.sim.cost.memory import activation_bytes_per_layer, embedding_activation_bytes, head_activation_bytes
+from clustersim.sim.cost.memory import (
+    activation_bytes_per_layer,
+    cross_entropy_activation_bytes,
+    embedding_activation_bytes,
+    head_activation_bytes,
+)
 from clustersim.sim.scenario.schema import Scenario
 
 
@@ -84,6 +89,16 @@ def stage_activation_bytes(scenario: Scenario, stage: int, sends_output: bool) -
     if sends_output and not p.megatron.deallocate_outputs:
         nbytes += cost.boundary_activation_bytes(b, m.seq_len, m.hidden, scenario.dtype_bytes) / split
     return nbytes
+
+
+def stage_input_gradient_bytes(scenario: Scenario, stage: int) -> float:
+    """The part of `stage_activation_bytes` only the input gradient B reads, which B frees when a
+    zero-bubble schedule splits the weight gradient W off: the last stage's cross-entropy softmax
+    and targets. (A layer's tensors W does not read are kept until W: an upper bound.)"""
+    m, p = scenario.model_spec, scenario.parallel
+    if stage != p.num_stages - 1:
+        return 0.0
+    return cross_entropy_activation_bytes(m.seq_len, scenario.training.micro_batch, m.vocab, p.tp)
 
 
 def stage_forward_flops(scenario: Scenario, stage: int) -> float:

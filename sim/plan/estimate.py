@@ -6,7 +6,8 @@ Memory: the same formulas as a run's memory timeline (sim.run.memory_of): ZeRO-s
 states of the stages a rank holds (sim.cost.memory.model_state_bytes of sim.cost.stages.stage_params),
 the most activations the rank holds at once under the schedule (sim.plan.timeline.peak_held_bytes
 of each stage's bytes per microbatch, sim.cost.stages.stage_activation_bytes: its layers', the
-embedding's or the LM head's, its output while sent), and ZeRO-3's gathered units: the largest prefetch + 1
+embedding's or the LM head's, its output while sent; a split backward's B frees the loss's part,
+stage_input_gradient_bytes), and ZeRO-3's gathered units: the largest prefetch + 1
 consecutive units in the rank's compute order (sim.cost.units.peak_gathered_bytes). Exact but
 for ZeRO 3, where it is an upper bound: the gathered units' peak and the activations' are added,
 though they need not come at the same moment.
@@ -50,6 +51,7 @@ from clustersim.sim.cost.stages import (
     alltoall_bytes,
     stage_activation_bytes,
     stage_forward_flops,
+    stage_input_gradient_bytes,
     stage_layer_range,
     stage_moe_layers,
     stage_params,
@@ -110,7 +112,8 @@ def memory_peak_bytes(scenario: Scenario) -> float:
         held = {
             s: stage_activation_bytes(scenario, s, s < p.num_stages - 1 and where.get(s + 1) != rank) for s in stages
         }
-        peaks.append(static + gather + peak_held_bytes(order[rank], held))
+        frees = {s: stage_input_gradient_bytes(scenario, s) for s in stages}
+        peaks.append(static + gather + peak_held_bytes(order[rank], held, frees))
     return max(peaks)
 
 

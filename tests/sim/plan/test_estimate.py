@@ -53,6 +53,7 @@ def test_memory_estimate_refuses_gpt3_175b_unsharded():
         {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 2, virtual: 2, dp: 2, tp: 2}", "1f1b": "interleaved"},
         {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 1, dp: 8, zero: 3}", "1f1b": "gpipe"},
         {"parallel: {pp: 2, dp: 4}": "parallel: {pp: 2, virtual: 2, dp: 4}", "1f1b": "zbv"},  # a V: head on rank 0
+        {"1f1b": "zb-h1"},  # W split off: B frees the head's cross-entropy softmax
     ],
 )
 def test_memory_estimate_equals_the_simulated_peak(small, change):
