@@ -1,4 +1,5 @@
-"""Memory per rank, as formulas of sizes: model states (ZeRO-sharded) and activations per layer.
+"""Memory per rank, as formulas of sizes: model states (ZeRO-sharded) and activations (per layer,
+the embedding's and the LM head's).
 The timeline over a run is sim/results/memory.py.
 
 Model states, mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
@@ -45,8 +46,10 @@ Beyond the paper's layer:
   save_for_backward, softmax_lse of shape (batch, heads, seqlen_q) in float32): 4asb, split by t.
 - selective recompute with flash attention: the checkpointed core's inputs Q, K, V are kept
   anyway and its output is the projection's input, so only the logsumexp goes: the linear terms.
-Dropout masks are counted as the paper does: a scenario cannot say dropout is off (Llama's and
-NeMo's recent configs train without it, where PyTorch keeps no mask: 2sbh per layer too many).
+Dropout masks are counted as the paper does: a scenario cannot say dropout is off. NeMo trains
+Llama 2 and Nemotron without it (NeMo-Framework-Launcher conf/training/llama/llama2_7b.yaml,
+nemotron/nemotron_8b.yaml: hidden_dropout 0.0), where PyTorch's dropout returns its input and
+keeps no mask: there 2sbh per layer (/t under sequence parallelism) are counted too many.
 Activations are 16-bit whatever training.fp8 (Transformer Engine may keep FP8 copies of GEMM
 inputs instead: not modelled). An MoE layer is counted as a dense MLP of width f.
 
