@@ -72,14 +72,13 @@ def memory_timeline(
 
     - static: `static_bytes[rank]` ({weights, gradients, optimizer, other}, e.g. from
       `model_state_bytes`; a missing rank or key is 0) is held from t = 0 to the end.
-    - activations: + `activation_bytes[rank][stage]` (one microbatch through that stage's layers)
+    - activations: + `activation_bytes[rank][stage]` (what one microbatch keeps on that stage)
       when a forward span "F" of that stage starts on the rank; - the same when the backward "B" of
       the same (microbatch, stage) ends, or its weight gradient "W" where a zero-bubble schedule
-      splits one off (EventLog.held_activations), but for `backward_frees[rank][stage]` of them
-      (those only B reads, e.g. the loss's softmax), freed when that B ends; the rest is an upper
-      bound, B frees more. A rank
-      holding several stages (interleaved) has one entry per stage. A forward whose backward never
-      ran keeps its bytes to the end.
+      splits one off (EventLog.held_activations), all but `backward_frees[rank][stage]` of them
+      (those only B reads, the loss's softmax), which go when that B ends: still an upper bound, B
+      frees more. A rank holding several stages (interleaved) has one entry per stage. A forward
+      whose backward never ran keeps its bytes to the end.
     - ZeRO-3 gathers (only when `zero3`): + the span's bytes (a unit's weights) into "weights" when
       a span of phase "ALL_GATHER" on the "dp" stream starts, held until the unit's use ends:
       from the piece its tag names (ParamGather.consumer) to the last F or B piece on the rank
