@@ -20,9 +20,8 @@ from clustersim.sim.build import (
     symmetry_of,
 )
 from clustersim.sim.collector import collector_paused
-from clustersim.sim.cost.compute import boundary_activation_bytes
 from clustersim.sim.cost.memory import model_state_bytes
-from clustersim.sim.cost.stages import layer_activation_bytes, stage_params
+from clustersim.sim.cost.stages import stage_activation_bytes, stage_input_gradient_bytes, stage_params
 from clustersim.sim.engine.loop import run_program
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.results.memory import MemoryTimeline, memory_timeline
@@ -76,19 +75,18 @@ def simulate(
 
 def memory_of(scenario: Scenario, log: EventLog) -> MemoryTimeline:
     """Memory over time per rank: ZeRO-sharded model states of the stages a rank holds, the
-    Korthikanti activations of each in-flight microbatch (and, unless Megatron's pipeline output
-    deallocation frees it once sent, its stage output: the (s, b, h) activation, a sequence shard
-    under sequence parallelism), ZeRO-3's gathered units."""
-    p, m = scenario.parallel, scenario.model_spec
+    activations each stage keeps per in-flight microbatch (sim.cost.stages.stage_activation_bytes:
+    its layers', the embedding's or the LM head's, its output while sent; the loss's freed by a split
+    backward's B, sim.cost.stages.stage_input_gradient_bytes), ZeRO-3's gathered units."""
+    p = scenario.parallel
     static: dict[int, dict[str, float]] = {}
     activations: dict[int, dict[int, float]] = {}
-    per_layer = layer_activation_bytes(scenario)
-    output = boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
-    output = 0.0 if p.megatron.deallocate_outputs else output / (p.tp if p.sequence_parallel else 1)
+    backward_frees: dict[int, dict[int, float]] = {}
     for placement in replica_placements(scenario):
         for stage, rank in placement.items():
             states = model_state_bytes(stage_params(scenario, stage), p.zero, p.dp, grad_bytes=scenario.gradient_bytes)
             static[rank] = {k: static.get(rank, {}).get(k, 0.0) + v for k, v in states.items()}
-            sent = output if stage < p.num_stages - 1 and placement.get(stage + 1) != rank else 0.0
-            activations.setdefault(rank, {})[stage] = m.layers // p.num_stages * per_layer + sent
-    return memory_timeline(log, static, activations, zero3=p.zero == 3 and p.dp > 1)
+            sends = stage < p.num_stages - 1 and placement.get(stage + 1) != rank
+            activations.setdefault(rank, {})[stage] = stage_activation_bytes(scenario, stage, sends)
+            backward_frees.setdefault(rank, {})[stage] = stage_input_gradient_bytes(scenario, stage)
+    return memory_timeline(log, static, activations, zero3=p.zero == 3 and p.dp > 1, backward_frees=backward_frees)

@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.sim.cost import compute as cost
-from clustersim.sim.cost.memory import activation_bytes_per_layer
+from clustersim.sim.cost.memory import (
+    activation_bytes_per_layer,
+    cross_entropy_activation_bytes,
+    embedding_activation_bytes,
+    head_activation_bytes,
+)
 from clustersim.sim.scenario.schema import Scenario
 
 
@@ -51,19 +56,49 @@ def layers_params(scenario: Scenario, layers: range, embed: bool, head: bool) ->
 
 
 def layer_activation_bytes(scenario: Scenario) -> float:
-    """Bytes one layer keeps per in-flight microbatch (Korthikanti et al., sim.cost.memory) at the
-    scenario's microbatch, tensor and sequence parallelism and recompute."""
-    m, p = scenario.model_spec, scenario.parallel
+    """Bytes one layer keeps per in-flight microbatch (Korthikanti et al.'s count, sim.cost.memory)
+    at the scenario's shape, microbatch, tensor and sequence parallelism, recompute and attention."""
+    m, p, t = scenario.model_spec, scenario.parallel, scenario.training
     return activation_bytes_per_layer(
         m.seq_len,
-        scenario.training.micro_batch,
+        t.micro_batch,
         m.hidden,
         m.heads,
         t=p.tp,
         sp=p.sequence_parallel,
-        recompute=scenario.training.recompute,
+        recompute=t.recompute,
         h_kv=m.kv_hidden,
+        f=m.ffn,
+        gated_mlp=m.gated_mlp,
+        flash=t.flash_attention,
     )
+
+
+def stage_activation_bytes(scenario: Scenario, stage: int, sends_output: bool) -> float:
+    """Bytes a stage keeps per in-flight microbatch: its layers', the embedding's on the first stage
+    and the LM head's on the last (sim.cost.memory), and its output when `sends_output` (the next
+    stage is on another rank) unless Megatron's pipeline output deallocation frees it once sent:
+    the (s, b, h) activation, a sequence shard under sequence parallelism."""
+    m, p, b = scenario.model_spec, scenario.parallel, scenario.training.micro_batch
+    split = p.tp if p.sequence_parallel else 1
+    nbytes = len(stage_layer_range(scenario, stage)) * layer_activation_bytes(scenario)
+    if stage == 0:
+        nbytes += embedding_activation_bytes(m.seq_len, b, m.hidden, p.tp, p.sequence_parallel)
+    if stage == p.num_stages - 1:
+        nbytes += head_activation_bytes(m.seq_len, b, m.hidden, m.vocab, p.tp, p.sequence_parallel)
+    if sends_output and not p.megatron.deallocate_outputs:
+        nbytes += cost.boundary_activation_bytes(b, m.seq_len, m.hidden, scenario.dtype_bytes) / split
+    return nbytes
+
+
+def stage_input_gradient_bytes(scenario: Scenario, stage: int) -> float:
+    """The part of `stage_activation_bytes` only the input gradient B reads, which B frees when a
+    zero-bubble schedule splits the weight gradient W off: the last stage's cross-entropy softmax
+    and targets. (A layer's tensors W does not read are kept until W: an upper bound.)"""
+    m, p = scenario.model_spec, scenario.parallel
+    if stage != p.num_stages - 1:
+        return 0.0
+    return cross_entropy_activation_bytes(m.seq_len, scenario.training.micro_batch, m.vocab, p.tp)
 
 
 def stage_forward_flops(scenario: Scenario, stage: int) -> float:

@@ -4,9 +4,10 @@ the top ones are simulated in full).
 
 Memory: the same formulas as a run's memory timeline (sim.run.memory_of): ZeRO-sharded model
 states of the stages a rank holds (sim.cost.memory.model_state_bytes of sim.cost.stages.stage_params),
-Korthikanti's activations per layer x the layers of a stage (and the stage output, unless
-Megatron's output deallocation frees it) x the most microbatches the rank holds at once under
-the schedule (sim.plan.timeline), and ZeRO-3's gathered units: the largest prefetch + 1
+the most activations the rank holds at once under the schedule (sim.plan.timeline.peak_held_bytes
+of each stage's bytes per microbatch, sim.cost.stages.stage_activation_bytes: its layers', the
+embedding's or the LM head's, its output while sent; a split backward's B frees the loss's part,
+stage_input_gradient_bytes), and ZeRO-3's gathered units: the largest prefetch + 1
 consecutive units in the rank's compute order (sim.cost.units.peak_gathered_bytes). Exact but
 for ZeRO 3, where it is an upper bound: the gathered units' peak and the activations' are added,
 though they need not come at the same moment.
@@ -40,7 +41,7 @@ from functools import lru_cache
 import networkx as nx
 
 from clustersim.schedules.ir import Phase
-from clustersim.schedules.pipeline import rank_order
+from clustersim.schedules.pipeline import placement, rank_order
 from clustersim.sim.build import build_topology, layout_of
 from clustersim.sim.collectives.run import time_collective
 from clustersim.sim.cost import compute as cost
@@ -48,8 +49,9 @@ from clustersim.sim.cost.kernel_times import KernelTimes
 from clustersim.sim.cost.memory import model_state_bytes
 from clustersim.sim.cost.stages import (
     alltoall_bytes,
-    layer_activation_bytes,
+    stage_activation_bytes,
     stage_forward_flops,
+    stage_input_gradient_bytes,
     stage_layer_range,
     stage_moe_layers,
     stage_params,
@@ -57,7 +59,7 @@ from clustersim.sim.cost.stages import (
 )
 from clustersim.sim.cost.units import gathered_peak_bytes
 from clustersim.sim.plan.space import scenario_of
-from clustersim.sim.plan.timeline import play
+from clustersim.sim.plan.timeline import peak_held_bytes, play
 from clustersim.sim.scenario.schema import Scenario
 
 SMALL_BYTES, LARGE_BYTES = 2**20, 2**30  # the two sizes each collective is timed at
@@ -99,27 +101,22 @@ class Fabric:
 
 def memory_peak_bytes(scenario: Scenario) -> float:
     """The largest rank's peak: static states + ZeRO-3 gathers + its most held activations."""
-    p, m = scenario.parallel, scenario.model_spec
-    played = play(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual, 1.0, 2.0)
+    p = scenario.parallel
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)
-    per_layer = layer_activation_bytes(scenario)
-    per_stage = m.layers // p.num_stages * per_layer
-    output = (
-        0.0
-        if p.megatron.deallocate_outputs
-        else cost.boundary_activation_bytes(scenario.training.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
-        / (p.tp if p.sequence_parallel else 1)
-    )
+    where = placement(scenario.schedule, p.pp, p.virtual)
     peaks = []
     for rank in range(p.pp):
-        stages = _stages_of(scenario, rank)
+        stages = sorted(s for s, r in where.items() if r == rank)
         static = sum(
             sum(model_state_bytes(stage_params(scenario, s), p.zero, p.dp, grad_bytes=scenario.gradient_bytes).values())
             for s in stages
         )
         gather = gathered_peak_bytes(scenario, order[rank]) if p.zero == 3 and p.dp > 1 else 0.0
-        sends = any(s < p.num_stages - 1 for s in stages)  # holds its output until the backward, if kept
-        peaks.append(static + gather + played.peak_inflight[rank] * (per_stage + (output if sends else 0.0)))
+        held = {
+            s: stage_activation_bytes(scenario, s, s < p.num_stages - 1 and where.get(s + 1) != rank) for s in stages
+        }
+        frees = {s: stage_input_gradient_bytes(scenario, s) for s in stages}
+        peaks.append(static + gather + peak_held_bytes(order[rank], held, frees))
     return max(peaks)
 
 
@@ -200,8 +197,9 @@ def _rank_times(scenario: Scenario, fabric: Fabric, rank: int) -> tuple[float, f
         backward += backward_s + comm_back + send_s
     f, b = forward / p.virtual, backward / p.virtual  # one chunk's mean
     dp_group = layout.dp_group(rank, 0)
-    grads = sum(weight_bytes(scenario, s) for s in stages)
-    reduce_s = fabric.seconds("all_reduce" if p.zero == 0 else "reduce_scatter", dp_group, grads)
+    grads = sum(weight_bytes(scenario, s) for s in stages)  # the weights' bytes; reduced at gradient_bytes each
+    reduce_bytes = grads * scenario.gradient_bytes / 2.0
+    reduce_s = fabric.seconds("all_reduce" if p.zero == 0 else "reduce_scatter", dp_group, reduce_bytes)
     exposed = max(0.0, reduce_s - b * p.virtual)
     if p.zero in (1, 2):
         exposed += fabric.seconds("all_gather", dp_group, grads)

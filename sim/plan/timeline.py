@@ -73,12 +73,25 @@ def _needs(phase: Phase, mb: int, stage: int, last_stage: int) -> tuple[Step, ..
 
 def _peak_inflight(steps: list[Step]) -> int:
     """Most (microbatch, stage) pairs between their forward and their last backward op at once."""
+    return round(peak_held_bytes(steps, dict.fromkeys({stage for _, _, stage in steps}, 1.0)))
+
+
+def peak_held_bytes(
+    steps: list[Step], stage_bytes: dict[int, float], backward_frees: dict[int, float] | None = None
+) -> float:
+    """Most bytes a rank holds at once in its order `steps`: a (microbatch, stage) holds
+    `stage_bytes[stage]` from its forward until its last backward op (B, or W when split), which
+    frees them before the rank's next forward counts (as sim.results.memory's timeline does);
+    `backward_frees[stage]` of them go at B already when a W follows."""
     last = {(mb, stage): i for i, (phase, mb, stage) in enumerate(steps) if phase != Phase.F}
-    held = peak = 0
+    early = backward_frees or {}
+    held = peak = 0.0
     for i, (phase, mb, stage) in enumerate(steps):
         if phase == Phase.F:
-            held += 1
+            held += stage_bytes[stage]
             peak = max(peak, held)
         elif last.get((mb, stage)) == i:
-            held -= 1
+            held -= stage_bytes[stage] - (early.get(stage, 0.0) if phase == Phase.W else 0.0)
+        elif phase == Phase.B:  # a W follows
+            held -= early.get(stage, 0.0)
     return peak

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.schedules.data_parallel import DP_STREAM
-from clustersim.schedules.ir import PIPELINE_PHASES, Comm
+from clustersim.schedules.ir import PIPELINE_PHASES, Comm, Phase
 from clustersim.schedules.tags import ParamGather, parse_tag
 from clustersim.sim.engine.records import EventLog
 from clustersim.sim.scenario.units import format_bytes
@@ -66,17 +66,19 @@ def memory_timeline(
     static_bytes: dict[int, dict[str, float]],
     activation_bytes: dict[int, dict[int, float]],
     zero3: bool = False,
+    backward_frees: dict[int, dict[int, float]] | None = None,
 ) -> MemoryTimeline:
     """Memory per rank over time, a pure function of the event log and the byte counts given.
 
     - static: `static_bytes[rank]` ({weights, gradients, optimizer, other}, e.g. from
       `model_state_bytes`; a missing rank or key is 0) is held from t = 0 to the end.
-    - activations: + `activation_bytes[rank][stage]` (one microbatch through that stage's layers)
+    - activations: + `activation_bytes[rank][stage]` (what one microbatch keeps on that stage)
       when a forward span "F" of that stage starts on the rank; - the same when the backward "B" of
       the same (microbatch, stage) ends, or its weight gradient "W" where a zero-bubble schedule
-      splits one off (EventLog.held_activations: an upper bound, B frees part of them). A rank
-      holding several stages (interleaved) has one entry per stage. A forward whose backward never
-      ran keeps its bytes to the end.
+      splits one off (EventLog.held_activations), all but `backward_frees[rank][stage]` of them
+      (those only B reads, the loss's softmax), which go when that B ends: still an upper bound, B
+      frees more. A rank holding several stages (interleaved) has one entry per stage. A forward
+      whose backward never ran keeps its bytes to the end.
     - ZeRO-3 gathers (only when `zero3`): + the span's bytes (a unit's weights) into "weights" when
       a span of phase "ALL_GATHER" on the "dp" stream starts, held until the unit's use ends:
       from the piece its tag names (ParamGather.consumer) to the last F or B piece on the rank
@@ -98,7 +100,7 @@ def memory_timeline(
         )
     makespan = log.makespan_s
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(log.num_ranks)]  # (t, column, delta)
-    _activation_events(log, activation_bytes, events)
+    _activation_events(log, activation_bytes, backward_frees or {}, events)
     if zero3:
         _gather_events(log, events)
     ranks = []
@@ -111,8 +113,9 @@ def memory_timeline(
     return MemoryTimeline(tuple(ranks), makespan)
 
 
-def _activation_events(log: EventLog, activation_bytes, events) -> None:
+def _activation_events(log: EventLog, activation_bytes, backward_frees, events) -> None:
     column = CATEGORIES.index("activations")
+    ops = log.whole_ops
     for (rank, stage, mb), (start, end) in log.held_activations.items():
         try:
             nbytes = float(activation_bytes[rank][stage])
@@ -121,8 +124,14 @@ def _activation_events(log: EventLog, activation_bytes, events) -> None:
                 f"activation_bytes has no entry for rank {rank}, stage {stage} (needed by F{mb}@{stage})"
             ) from None
         events[rank].append((start, column, nbytes))
-        if end is not None:
-            events[rank].append((end, column, -nbytes))
+        if end is None:
+            continue
+        early = float(backward_frees.get(rank, {}).get(stage, 0.0))
+        backward = ops.get((rank, Phase.B, stage, mb))
+        if early and backward is not None and (rank, Phase.W, stage, mb) in ops:  # a split backward
+            events[rank].append((backward[1], column, -early))
+            nbytes -= early
+        events[rank].append((end, column, -nbytes))
 
 
 def _gather_events(log: EventLog, events) -> None:

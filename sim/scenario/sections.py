@@ -124,7 +124,9 @@ class TrainingSection(Section):
         "core, Korthikanti et al.), full (whole layer)",
     )
     flash_attention: bool = Field(
-        False, description="the attention core as one fused flash-attention kernel (cluster.compute_model: kernel)"
+        False,
+        description="the attention core as one fused flash-attention kernel: its time (cluster.compute_model: "
+        "kernel) and its memory (no s x s scores kept, under either compute model)",
     )
     fp8: bool = Field(
         False,

@@ -268,6 +268,26 @@ def test_a_backward_ending_as_a_forward_starts_frees_first():
     assert memory_timeline(log, {}, {0: {0: 5.0}}).ranks[0].peaks["activations"] == 5.0
 
 
+def test_a_split_backward_frees_what_only_it_reads_and_the_rest_at_w():
+    """Of a stage's 5 B, the 2 B `backward_frees` names (the loss's softmax) go when B ends, the
+    other 3 B when its W does; without a W, all 5 B go at B."""
+    spans = (
+        Span(0, "compute", "F0@0", "F", 0, 0, 0.0, 1.0),
+        Span(0, "compute", "B0@0", "B", 0, 0, 1.0, 2.0),
+        Span(0, "compute", "W0@0", "W", 0, 0, 3.0, 4.0),
+        Span(0, "compute", "F1@0", "F", 1, 0, 4.0, 5.0),
+        Span(0, "compute", "B1@0", "B", 1, 0, 5.0, 6.0),
+    )
+    log = EventLog(spans, (), num_ranks=1, link_names=())
+    rank = memory_timeline(log, {}, {0: {0: 5.0}}, backward_frees={0: {0: 2.0}}).ranks[0]
+    assert list(zip(rank.times_s.tolist(), rank.category("activations").tolist())) == [
+        (0.0, 5.0),
+        (2.0, 3.0),
+        (4.0, 5.0),
+        (6.0, 0.0),
+    ]
+
+
 def test_rejects_backward_without_forward_and_missing_entries():
     b_only = EventLog((Span(1, "compute", "B0@1", "B", 0, 1, 0.0, 1.0),), (), num_ranks=2, link_names=())
     with pytest.raises(ValueError, match="rank 1: B0@1 ends but forward F0@1 never ran on this rank"):
