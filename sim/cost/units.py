@@ -88,8 +88,10 @@ def gathered_peak_bytes(scenario: Scenario, steps: list[tuple[Phase, int, int]])
     microbatch, stage), schedules.pipeline.rank_order): a forward uses its stage's units first to
     last, a backward last to first (schedules.zero3)."""
     uses: list[float] = []
+    sizes: dict[int, list[float]] = {}  # each stage's units, worked out once
     for phase, _, stage in steps:
         if phase in (Phase.F, Phase.B):
-            sizes = [unit_weight_bytes(scenario, stage, u) for u in range(len(stage_units(scenario, stage)))]
-            uses += sizes if phase == Phase.F else sizes[::-1]
+            if stage not in sizes:
+                sizes[stage] = [unit_weight_bytes(scenario, stage, u) for u in range(len(stage_units(scenario, stage)))]
+            uses += sizes[stage] if phase == Phase.F else sizes[stage][::-1]
     return peak_gathered_bytes(uses, scenario.parallel.zero3_prefetch)

@@ -120,9 +120,9 @@ def memory_peak_bytes(scenario: Scenario) -> float:
     return max(peaks)
 
 
-def estimate(scenario: Scenario, fabric: Fabric) -> Estimate:
-    """Memory peak and estimated step time (module docstring)."""
-    memory = memory_peak_bytes(scenario)
+def estimate(scenario: Scenario, fabric: Fabric, memory: float | None = None) -> Estimate:
+    """Memory peak (`memory`, if the caller has it already) and estimated step time (module docstring)."""
+    memory = memory_peak_bytes(scenario) if memory is None else memory
     capacity = scenario.gpu_spec.memory_bytes
     pp = scenario.parallel.pp
     # the embedding's rank, a middle one (neither embedding nor head: all the middle ones alike), the head's
@@ -158,8 +158,9 @@ def estimate_chunk(data: dict, filename: str, chunk: list[dict]) -> list[float |
     steps: list[float | None] = []
     for overrides in chunk:
         scenario = scenario_of(data, overrides, filename)
-        fits = memory_peak_bytes(scenario) <= scenario.gpu_spec.memory_bytes
-        steps.append(estimate(scenario, fabric_of(scenario)).step_time_s if fits else None)
+        memory = memory_peak_bytes(scenario)
+        fits = memory <= scenario.gpu_spec.memory_bytes
+        steps.append(estimate(scenario, fabric_of(scenario), memory).step_time_s if fits else None)
     return steps
 
 
