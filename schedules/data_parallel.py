@@ -90,6 +90,7 @@ def add_data_parallel(
     if overlap_param_gather and (overlap is None or zero_stage not in (1, 2)):
         raise ValueError("overlapping the parameter all-gather needs ZeRO 1 or 2 and an overlapped reduction")
     ops: dict[int, list[Op]] = {}
+    summing: set[int] = set()  # the ranks with a tensor-parallel gradient sum to move after the reductions
     # one tag object per collective, shared by its members (fewer objects on big programs)
     param_bucket = functools.cache(ParamBucket.of)
     unit_sizes, unit_starts = overlap or (lambda stage: [weight_bytes(stage)], _one_unit)
@@ -115,6 +116,8 @@ def add_data_parallel(
         tensor_sums = {
             op.label for op in program.ops[rank] if isinstance(op, Collective) and isinstance(op.tag, GradSync)
         }
+        if tensor_sums:
+            summing.add(rank)
         grads_ready = {
             op.stage: (last_backward[op.stage], *(dep for dep in op.deps if dep not in tensor_sums))
             for op in computes
@@ -179,16 +182,20 @@ def add_data_parallel(
             if op.label == first_step:  # the next step's first bucket, once its stage's update has run
                 out.append(gathers[0])
         ops[rank] = out
-    return _tensor_sums_last(dataclasses.replace(program, ops=ops))
+    return _tensor_sums_last(dataclasses.replace(program, ops=ops), summing)
 
 
-def _tensor_sums_last(program: Program) -> Program:
+def _tensor_sums_last(program: Program, ranks: set[int] | None = None) -> Program:
     """Each stage's tensor-parallel gradient sum (GradSync) after the data-parallel reductions of
     its gradients, with the others just before the optimizer steps, as Megatron-LM runs them
     (megatron/core/distributed/finalize_model_grads.py: finish_grad_sync, then
-    _allreduce_layernorm_grads; the 2022 training.py in the same order)."""
+    _allreduce_layernorm_grads; the 2022 training.py in the same order). `ranks`: those that have
+    such a sum (None: look at every rank's ops)."""
     ops: dict[int, list[Op]] = {}
     for rank, rank_ops in program.ops.items():
+        if ranks is not None and rank not in ranks:
+            ops[rank] = rank_ops
+            continue
         reduced: dict[int, list[str]] = {}
         sums: list[tuple[Collective, int]] = []
         rest: list[Op] = []
