@@ -52,6 +52,7 @@ def unfused_hbm_efficiency(layer: LayerKernels, measured: AttentionMeasurement) 
         seq_len=measured.seq_len,
         heads=measured.heads,
         hidden=measured.heads * measured.head_dim,
+        q_hidden=None,  # the measured heads' width, not the scenario's
         tp=1,
         dtype_bytes=measured.dtype_bytes,
     )
@@ -77,7 +78,7 @@ def _seconds(kernels: list[Kernel]) -> float:
 def _unfused(layer: LayerKernels) -> Pair:
     sh, dt = layer.sh, layer.sh.dtype_bytes
     heads = sh.micro_batch * sh.heads // sh.tp  # (batch x heads) per rank
-    s, d = sh.seq_len, sh.hidden // sh.heads
+    s, d = sh.seq_len, sh.head_width
     scores = layer.gemm_pair("scores Q K^T", s, s, d, heads, "attention_core", weights=False)  # (s x s) per head
     softmax = layer.elementwise("softmax", heads * s * s, 2 * dt, 3 * dt, "attention_core")  # fused scale-mask-softmax
     dropout = layer.elementwise("attention dropout", heads * s * s, 2 * dt + 1, 2 * dt + 1, "attention_core")

@@ -9,6 +9,10 @@ Clusters Using Megatron-LM", section 5.1, which gives 24bsh^2 + 4bs^2h for f = 4
     scores Q K^T         2 * b*s*s * h    = 2bs^2h
     scores x V           2 * b*s*s * h    = 2bs^2h
     output projection    2 * b*s*h * h    = 2bsh^2
+
+Where a head's width d is not h / heads (Qwen3: 32 heads of 128 at h = 2048), the queries and the
+attention's output have width h_q = heads x d and the keys and values h_kv = kv_heads x d: QKV
+2bsh (h_q + 2 h_kv), the core 4bs^2 h_q, the output projection 2bs h_q h.
     MLP                  2 * b*s*h * f * (2, or 3 for a gated MLP such as SwiGLU)
 
 The LM head adds 2bshV on the last stage. Backward is twice the forward (gradients w.r.t.
@@ -40,11 +44,12 @@ from clustersim.sim.scenario.presets import ModelSpec, MoESpec
 ADAM_BYTES_PER_PARAM = 28
 
 
-def attention_forward_flops(b: int, s: int, h: int, h_kv: int | None = None) -> float:
+def attention_forward_flops(b: int, s: int, h: int, h_kv: int | None = None, h_q: int | None = None) -> float:
     """Forward FLOPs of a layer's attention: QKV, scores, scores x V, output projection; `h_kv`:
-    the keys' and values' width under grouped-query attention (None: h)."""
-    kv = h if h_kv is None else h_kv
-    return float(2 * b * s * h * (h + 2 * kv) + 4 * b * s * s * h + 2 * b * s * h * h)
+    the keys' and values' width under grouped-query attention, `h_q` the queries' (None: h)."""
+    q = h if h_q is None else h_q
+    kv = q if h_kv is None else h_kv
+    return float(2 * b * s * h * (q + 2 * kv) + 4 * b * s * s * q + 2 * b * s * q * h)
 
 
 def mlp_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
@@ -52,18 +57,22 @@ def mlp_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool) -> float:
     return float(2 * b * s * h * f * (3 if gated_mlp else 2))
 
 
-def layer_forward_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, h_kv: int | None = None) -> float:
+def layer_forward_flops(
+    b: int, s: int, h: int, f: int, gated_mlp: bool, h_kv: int | None = None, h_q: int | None = None
+) -> float:
     """Forward FLOPs of one decoder layer (see the module docstring)."""
-    return attention_forward_flops(b, s, h, h_kv) + mlp_forward_flops(b, s, h, f, gated_mlp)
+    return attention_forward_flops(b, s, h, h_kv, h_q) + mlp_forward_flops(b, s, h, f, gated_mlp)
 
 
-def recompute_flops(b: int, s: int, h: int, f: int, gated_mlp: bool, mode: str, h_kv: int | None = None) -> float:
+def recompute_flops(
+    b: int, s: int, h: int, f: int, gated_mlp: bool, mode: str, h_kv: int | None = None, h_q: int | None = None
+) -> float:
     """FLOPs a backward adds per layer to recompute what the forward did not keep: the whole
-    forward (full), or the attention core Q K^T and x V, 4bs^2h (selective, Korthikanti et al.
+    forward (full), or the attention core Q K^T and x V, 4bs^2 h_q (selective, Korthikanti et al.
     2022 section 5), or nothing."""
     if mode == "full":
-        return layer_forward_flops(b, s, h, f, gated_mlp, h_kv)
-    return 4.0 * b * s * s * h if mode == "selective" else 0.0
+        return layer_forward_flops(b, s, h, f, gated_mlp, h_kv, h_q)
+    return 4.0 * b * s * s * (h if h_q is None else h_q) if mode == "selective" else 0.0
 
 
 def head_forward_flops(b: int, s: int, h: int, vocab: int) -> float:
@@ -71,11 +80,12 @@ def head_forward_flops(b: int, s: int, h: int, vocab: int) -> float:
     return float(2 * b * s * h * vocab)
 
 
-def attention_params(h: int, h_kv: int | None = None) -> int:
-    """Parameters of a layer's attention: QKV (keys and values of width `h_kv`, None: h) and
-    output projections with biases."""
-    qkv = h + 2 * (h if h_kv is None else h_kv)
-    return h * qkv + qkv + h * h + h
+def attention_params(h: int, h_kv: int | None = None, h_q: int | None = None) -> int:
+    """Parameters of a layer's attention: QKV (queries of width `h_q`, keys and values of width
+    `h_kv`; None: h) and output projections with biases."""
+    q = h if h_q is None else h_q
+    qkv = q + 2 * (q if h_kv is None else h_kv)
+    return h * qkv + qkv + q * h + h
 
 
 def mlp_params(h: int, f: int, gated_mlp: bool) -> int:
@@ -83,9 +93,9 @@ def mlp_params(h: int, f: int, gated_mlp: bool) -> int:
     return (3 if gated_mlp else 2) * h * f + f + h
 
 
-def layer_params(h: int, f: int, gated_mlp: bool, h_kv: int | None = None) -> int:
+def layer_params(h: int, f: int, gated_mlp: bool, h_kv: int | None = None, h_q: int | None = None) -> int:
     """Parameters of one decoder layer: QKV and output projections with biases, MLP, 2 layernorms."""
-    return attention_params(h, h_kv) + mlp_params(h, f, gated_mlp) + 4 * h
+    return attention_params(h, h_kv, h_q) + mlp_params(h, f, gated_mlp) + 4 * h
 
 
 # --- Mixture-of-Experts layers (module docstring) ----------------------------------------------
@@ -128,10 +138,10 @@ def moe_mlp_active_params(h: int, moe: MoESpec, gated_mlp: bool) -> int:
     return experts * mlp_params(h, moe.expert_ffn, gated_mlp) + h * moe.num_experts
 
 
-def moe_layer_params(h: int, moe: MoESpec, gated_mlp: bool, h_kv: int | None = None) -> int:
+def moe_layer_params(h: int, moe: MoESpec, gated_mlp: bool, h_kv: int | None = None, h_q: int | None = None) -> int:
     """Parameters of one MoE decoder layer: attention, 2 layernorms, and the MoE MLP (all routed
     experts, the shared ones and the router); `layer_params` with `moe_mlp_params` for the MLP."""
-    return attention_params(h, h_kv) + 4 * h + moe_mlp_params(h, moe, gated_mlp)
+    return attention_params(h, h_kv, h_q) + 4 * h + moe_mlp_params(h, moe, gated_mlp)
 
 
 # --- per layer of a ModelSpec: dense or MoE by the spec's rule ---------------------------------
@@ -151,35 +161,38 @@ def _layer_moe(spec: ModelSpec, i: int) -> MoESpec | None:
 def model_layer_forward_flops(spec: ModelSpec, b: int, i: int) -> float:
     """Forward FLOPs of layer i of `spec` for b sequences of spec.seq_len tokens: attention plus
     the dense MLP (width spec.ffn) or, in an MoE layer, `moe_mlp_forward_flops`."""
-    s, h, kv = spec.seq_len, spec.hidden, spec.kv_hidden
+    s, h, kv, q = spec.seq_len, spec.hidden, spec.kv_hidden, spec.q_hidden
     if (moe := _layer_moe(spec, i)) is not None:
-        return attention_forward_flops(b, s, h, kv) + moe_mlp_forward_flops(b, s, h, moe, spec.gated_mlp)
-    return layer_forward_flops(b, s, h, spec.ffn, spec.gated_mlp, kv)
+        return attention_forward_flops(b, s, h, kv, q) + moe_mlp_forward_flops(b, s, h, moe, spec.gated_mlp)
+    return layer_forward_flops(b, s, h, spec.ffn, spec.gated_mlp, kv, q)
 
 
 def model_layer_recompute_flops(spec: ModelSpec, b: int, i: int, mode: str) -> float:
     """`recompute_flops` of layer i of `spec`: the whole layer's forward (full; an MoE layer's
-    includes its experts), the attention core 4bs^2h (selective), or nothing."""
+    includes its experts), the attention core 4bs^2 h_q (selective), or nothing."""
     if mode == "full":
         return model_layer_forward_flops(spec, b, i)
     _check_layer(spec, i)
-    return recompute_flops(b, spec.seq_len, spec.hidden, spec.ffn, spec.gated_mlp, mode)
+    return recompute_flops(b, spec.seq_len, spec.hidden, spec.ffn, spec.gated_mlp, mode, h_q=spec.q_hidden)
 
 
 def model_layer_params(spec: ModelSpec, i: int) -> int:
-    """Parameters of layer i of `spec`: `layer_params`, or `moe_layer_params` in an MoE layer."""
+    """Parameters of layer i of `spec`: `layer_params`, or `moe_layer_params` in an MoE layer, and
+    the query and key norms' weights (one head's width each) where the spec has them."""
+    norms = 2 * spec.head_width if spec.qk_norm else 0
     if (moe := _layer_moe(spec, i)) is not None:
-        return moe_layer_params(spec.hidden, moe, spec.gated_mlp, spec.kv_hidden)
-    return layer_params(spec.hidden, spec.ffn, spec.gated_mlp, spec.kv_hidden)
+        return moe_layer_params(spec.hidden, moe, spec.gated_mlp, spec.kv_hidden, spec.q_hidden) + norms
+    return layer_params(spec.hidden, spec.ffn, spec.gated_mlp, spec.kv_hidden, spec.q_hidden) + norms
 
 
 def model_layer_active_params(spec: ModelSpec, i: int) -> int:
     """Parameters of layer i one token uses: all of a dense layer's; an MoE layer's attention,
     layernorms, router, shared experts and top_k routed experts."""
-    h, kv = spec.hidden, spec.kv_hidden
+    h, kv, q = spec.hidden, spec.kv_hidden, spec.q_hidden
+    norms = 2 * spec.head_width if spec.qk_norm else 0
     if (moe := _layer_moe(spec, i)) is not None:
-        return attention_params(h, kv) + 4 * h + moe_mlp_active_params(h, moe, spec.gated_mlp)
-    return layer_params(h, spec.ffn, spec.gated_mlp, kv)
+        return attention_params(h, kv, q) + 4 * h + moe_mlp_active_params(h, moe, spec.gated_mlp) + norms
+    return layer_params(h, spec.ffn, spec.gated_mlp, kv, q) + norms
 
 
 def boundary_activation_bytes(b: int, s: int, h: int, dtype_bytes: int) -> float:

@@ -79,6 +79,8 @@ def shapes_of(scenario: Scenario) -> Shapes:
         # fuse_wgrad_accumulation, for FP8 GEMMs too): the FP32 gradients of grad_reduce_in_fp32.
         scenario.grad_reduce_in_fp32,
         m.position_embedding == "rope",
+        m.q_hidden,
+        m.qk_norm,
     )
 
 

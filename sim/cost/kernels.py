@@ -1,14 +1,15 @@
 """A decoder layer (and the embedding and LM head around it) as the kernels Megatron-LM runs for
 it on one tensor-parallel rank, with their real shapes, each timed by sim.cost.gemm.
 
-For b sequences of s tokens (T = b s), hidden h, a heads of d = h / a, MLP width f, tensor
+For b sequences of s tokens (T = b s), hidden h, a heads of d = h / a (or head_dim), MLP width f, tensor
 parallel t (a/t heads and f/t columns per rank; sequence parallel: the norms and residuals see
 T/t tokens), per work item of schedules.tensor_parallel.tp_stage_plan:
 
-    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query (h + 2 h_kv)/t); RoPE on Q and K
+    attn     layernorm (T_sp x h); QKV GEMM (T x 3h/t x h; grouped-query (h + 2 h_kv)/t, heads of their
+             own width d: (h_q + 2 h_kv)/t); norms over Q and K (qk_norm); RoPE on Q and K
              (rotary position embeddings only); attention core:
              scores Q K^T, batched b a/t times (s x s x d), softmax and dropout over (b a/t s s), context
-             P V (s x d x s), or one fused flash-attention kernel; output projection (T x h x h/t); dropout+residual
+             P V (s x d x s), or one fused flash-attention kernel; output projection (T x h x h_q/t); dropout+residual
     mlp      layernorm; FC1 (T x f/t x h; gated: 2f/t, gate and up in one GEMM); GeLU or SwiGLU;
              FC2 (T x h x f/t); dropout+residual
     embed    token (+ learned position) lookup (T x h), dropout
@@ -72,6 +73,17 @@ class Shapes:
     kv_hidden: int | None = None  # the keys' and values' width under grouped-query attention (None: hidden)
     fp32_weight_gradients: bool = False  # weight-gradient GEMMs add into an FP32 buffer (kernel_times)
     rope: bool = False  # rotary position embeddings on the queries and keys; False: a learned position table
+    q_hidden: int | None = None  # the queries' width where heads are not hidden / heads wide (None: hidden)
+    qk_norm: bool = False  # an RMSNorm over each query and key head (Qwen3)
+
+    @property
+    def queries(self) -> int:
+        """The queries' (and the attention output's) width: heads x head_width."""
+        return self.q_hidden or self.hidden
+
+    @property
+    def head_width(self) -> int:
+        return self.queries // self.heads
 
 
 @dataclass(frozen=True)
@@ -173,7 +185,7 @@ class LayerKernels:
         flash-attention kernel."""
         sh = self.sh
         heads = sh.micro_batch * sh.heads // sh.tp  # (batch x heads) per rank
-        s, d = sh.seq_len, sh.hidden // sh.heads
+        s, d = sh.seq_len, sh.head_width
         if sh.flash_attention:
             flops = 4.0 * heads * s * s * d  # Megatron's count: Q K^T and P V, no causal skip
             c, g = self.chip, self.gpu
@@ -192,20 +204,32 @@ class LayerKernels:
         sh = self.sh
         if not sh.rope:
             return [], []
-        dt, kv = sh.dtype_bytes, sh.kv_hidden or sh.hidden
-        queries = self.elementwise("RoPE Q", self._tokens * sh.hidden / sh.tp, 2 * dt, 2 * dt)
+        dt, kv = sh.dtype_bytes, sh.kv_hidden or sh.queries
+        queries = self.elementwise("RoPE Q", self._tokens * sh.queries / sh.tp, 2 * dt, 2 * dt)
         keys = self.elementwise("RoPE K", self._tokens * kv / sh.tp, 2 * dt, 2 * dt)
         return queries[0] + keys[0], keys[1] + queries[1]
+
+    def _qk_norm(self) -> Pair:
+        """The query and key norms (Megatron-Core's q_layernorm and k_layernorm, Transformer Engine's
+        RMSNorm over each head): one kernel over this rank's queries and keys, read and write (2 dt),
+        backward read x and dy, write dx (3 dt), as the layernorm."""
+        sh = self.sh
+        if not sh.qk_norm:
+            return [], []
+        elements = self._tokens * (sh.queries + (sh.kv_hidden or sh.queries)) / sh.tp
+        dt = sh.dtype_bytes
+        return self.elementwise("QK norm", elements, 2 * dt, 3 * dt)
 
     def attn(self) -> ItemKernels:
         sh = self.sh
         core = self.attention_core()
         joined = self.join(
             self._norm(self._norm_tokens),
-            self._linear("QKV", self._tokens, (sh.hidden + 2 * (sh.kv_hidden or sh.hidden)) // sh.tp, sh.hidden),
+            self._linear("QKV", self._tokens, (sh.queries + 2 * (sh.kv_hidden or sh.queries)) // sh.tp, sh.hidden),
+            self._qk_norm(),
             self._rope(),
             core,
-            self._linear("attention projection", self._tokens, sh.hidden, sh.hidden // sh.tp),
+            self._linear("attention projection", self._tokens, sh.hidden, sh.queries // sh.tp),
             self._dropout_add(self._norm_tokens),
         )
         return ItemKernels(joined.forward, joined.backward, tuple(core[0]))

@@ -110,14 +110,17 @@ def activation_bytes_per_layer(
     f: int | None = None,
     gated_mlp: bool = False,
     flash: bool = False,
+    h_q: int | None = None,
+    qk_norm: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per microbatch (module docstring).
 
-    `h_kv`: the keys' and values' width (default h); `f`: the MLP's width (default 4h);
-    `gated_mlp`: a SwiGLU MLP; `flash`: fused flash attention. Selective recompute drops the
-    attention core's term (section 5); full recompute keeps only the layer input, 2sbh (Table 2),
-    a sequence shard 2sbh/t under sequence parallelism: our reading of Megatron, not a row of
-    Table 2 (which lists full recompute without sequence parallelism).
+    `h_kv`: the keys' and values' width (default h); `h_q`: the queries' (default h; heads wider or
+    narrower than h / a); `qk_norm`: the query and key norms keep their inputs, 2sb (h_q + h_kv);
+    `f`: the MLP's width (default 4h); `gated_mlp`: a SwiGLU MLP; `flash`: fused flash attention.
+    Selective recompute drops the attention core's term (section 5); full recompute keeps only the
+    layer input, 2sbh (Table 2), a sequence shard 2sbh/t under sequence parallelism: our reading of
+    Megatron, not a row of Table 2 (which lists full recompute without sequence parallelism).
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"unknown recompute {recompute!r} (valid: {', '.join(RECOMPUTE_MODES)})")
@@ -126,10 +129,12 @@ def activation_bytes_per_layer(
     sb = float(s) * b
     if recompute == "full":
         return 2.0 * sb * h / (t if sp else 1)
-    h_kv = h if h_kv is None else h_kv
+    q = h if h_q is None else h_q
+    h_kv = q if h_kv is None else h_kv
     f = 4 * h if f is None else f
     whole = 10.0 * sb * h  # layernorm inputs, QKV and FC1 inputs, two dropout masks
-    attention = sb * (2 * h + 2 * h_kv + 2 * h_kv + 2 * h)  # Q, K, V, the projection's input
+    attention = sb * (2 * q + 2 * h_kv + 2 * h_kv + 2 * q)  # Q, K, V, the projection's input
+    attention += 2 * sb * (q + h_kv) if qk_norm else 0.0  # the query and key norms' inputs
     mlp = sb * (4 * f if gated_mlp else 2 * f) + 2 * sb * f  # the activation's input, FC2's input
     if recompute == "selective":
         core = 0.0

@@ -68,9 +68,11 @@ def layer_activation_bytes(scenario: Scenario) -> float:
         sp=p.sequence_parallel,
         recompute=t.recompute,
         h_kv=m.kv_hidden,
+        h_q=m.q_hidden,
         f=m.ffn,
         gated_mlp=m.gated_mlp,
         flash=t.flash_attention,
+        qk_norm=m.qk_norm,
     )
 
 
@@ -117,11 +119,11 @@ def stage_weight_gradient_flops(scenario: Scenario, stage: int) -> float:
     one microbatch on one rank. For a matmul y = x A (forward 2 n k f FLOPs) the input gradient
     dx = dy A^T and the weight gradient dA = x^T dy cost the same 2 n k f each, so W = the forward
     FLOPs of the stage's weight matmuls: its forward less each layer's attention core, Q K^T and
-    scores x V (4 b s^2 h), which has no weights and whose backward is all input gradient. The
+    scores x V (4 b s^2 h_q), which has no weights and whose backward is all input gradient. The
     input gradient B is the rest of the backward (2 x forward + recompute - W)."""
     m = scenario.model_spec
     b = scenario.training.micro_batch
-    core = 4.0 * b * m.seq_len * m.seq_len * m.hidden / scenario.parallel.tp
+    core = 4.0 * b * m.seq_len * m.seq_len * m.q_hidden / scenario.parallel.tp
     return stage_forward_flops(scenario, stage) - core * len(stage_layer_range(scenario, stage))
 
 
@@ -133,7 +135,7 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
     b, s, h = t.micro_batch, m.seq_len, m.hidden
     forward = {
         "embed": 0.0,
-        "attn": cost.attention_forward_flops(b, s, h, m.kv_hidden) / tp,
+        "attn": cost.attention_forward_flops(b, s, h, m.kv_hidden, m.q_hidden) / tp,
         "mlp": cost.mlp_forward_flops(b, s, h, m.ffn, m.gated_mlp) / tp,
         "head": cost.head_forward_flops(b, s, h, m.vocab) / tp,
     }
@@ -142,7 +144,9 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
         forward["router"] = router / tp
         forward["experts"] = (cost.moe_mlp_forward_flops(b, s, h, m.moe, m.gated_mlp) - router) / tp
     selective = (
-        cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective") / tp if t.recompute == "selective" else 0.0
+        cost.recompute_flops(b, s, h, m.ffn, m.gated_mlp, "selective", h_q=m.q_hidden) / tp
+        if t.recompute == "selective"
+        else 0.0
     )
     flops = {f"F.{k}": v for k, v in forward.items()} | {f"B.{k}": 2 * v for k, v in forward.items()}
     flops["B.attn"] += selective
@@ -152,10 +156,10 @@ def tensor_parallel_item_flops(scenario: Scenario) -> Callable[[str, int], float
 def tensor_parallel_item_weight_flops(scenario: Scenario) -> Callable[[str, int], float]:
     """The weight-gradient FLOPs on one rank of each backward work item (see
     `stage_weight_gradient_flops`): the forward FLOPs of its weight matmuls, an attention item's
-    less its core Q K^T and scores x V (4 b s^2 h / t), which has no weights."""
+    less its core Q K^T and scores x V (4 b s^2 h_q / t), which has no weights."""
     forward = tensor_parallel_item_flops(scenario)
     m, b, tp = scenario.model_spec, scenario.training.micro_batch, scenario.parallel.tp
-    core = 4.0 * b * m.seq_len * m.seq_len * m.hidden / tp
+    core = 4.0 * b * m.seq_len * m.seq_len * m.q_hidden / tp
 
     def weight(item: str, stage: int) -> float:
         phase, _, name = item.partition(".")
@@ -212,11 +216,13 @@ def alltoall_bytes(scenario: Scenario) -> float:
 
 def replicated_params(scenario: Scenario, stage: int) -> float:
     """Parameters every rank of a tensor-parallel group holds whole outside the MoE MLPs: each
-    layer's two layernorms (gain and bias) and row-parallel attention bias, a dense layer's MLP
-    bias, and the final layernorm on the last stage."""
+    layer's two layernorms (gain and bias), row-parallel attention bias and query and key norms
+    (qk_norm), a dense layer's MLP bias, and the final layernorm on the last stage."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     dense = sum(not moe for moe in stage_moe_layers(scenario, stage))
-    return (m.layers // num_stages * 5 + dense) * m.hidden + (2 * m.hidden if stage == num_stages - 1 else 0)
+    layers = m.layers // num_stages
+    qk_norms = layers * 2 * m.head_width if m.qk_norm else 0
+    return (layers * 5 + dense) * m.hidden + qk_norms + (2 * m.hidden if stage == num_stages - 1 else 0)
 
 
 def partial_grad_params(scenario: Scenario, stage: int) -> float:

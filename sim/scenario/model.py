@@ -114,6 +114,13 @@ class ModelSection(Section):
     position_embedding: Literal["learned", "rope"] = Field(
         "learned", description="learned: GPT's table of seq_len rows; rope: rotary embeddings (Llama)"
     )
+    head_dim: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_WIDTH,
+        description="each attention head's width (Qwen3: 128 at hidden 2048); default hidden / heads",
+    )
+    qk_norm: bool = Field(False, description="an RMSNorm over each query and key head (Qwen3's qk_layernorm)")
 
     @model_validator(mode="before")
     @classmethod
@@ -138,8 +145,11 @@ class ModelSection(Section):
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelSection:
-        if self.hidden % self.heads:
-            raise FieldError("heads", f"{self.heads} does not divide model.hidden ({self.hidden})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise FieldError(
+                "heads",
+                f"{self.heads} does not divide model.hidden ({self.hidden}): give model.head_dim to decouple them",
+            )
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise FieldError("kv_heads", f"{self.kv_heads} does not divide model.heads ({self.heads}) into groups")
         return self

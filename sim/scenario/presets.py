@@ -76,11 +76,23 @@ class ModelSpec:
     moe: MoESpec | None = None
     kv_heads: int | None = None  # grouped-query attention: heads sharing keys and values in groups; None: one each
     position_embedding: str = "learned"  # "learned": a table of seq_len rows added to the tokens (GPT); "rope": rotary
+    head_dim: int | None = None  # each attention head's width, where it is not hidden / heads (Qwen3); None: that
+    qk_norm: bool = False  # an RMSNorm over each query and key head before attention (Qwen3's qk_layernorm)
+
+    @property
+    def head_width(self) -> int:
+        """Each attention head's width: head_dim, or hidden / heads."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def q_hidden(self) -> int:
+        """The width of the queries (and of the attention's output): heads x head_width, hidden by default."""
+        return self.heads * self.head_width
 
     @property
     def kv_hidden(self) -> int:
-        """The width of the keys (and of the values): kv_heads heads of hidden / heads."""
-        return self.hidden // self.heads * (self.kv_heads or self.heads)
+        """The width of the keys (and of the values): kv_heads heads of head_width."""
+        return self.head_width * (self.kv_heads or self.heads)
 
 
 # What the Llama 2 models share (Touvron et al. 2023, section 2.2 and Table 1): context 4096, the
@@ -156,5 +168,27 @@ MODELS: dict[str, ModelSpec] = {
             expert_groups=8,  # inference/configs/config_671B.json: n_expert_groups 8,
             limited_groups=4,  # n_limited_groups 4 (a token's experts on at most 4 of 8 nodes)
         ),
+    ),
+    # Qwen3-30B-A3B, Qwen Team 2025, "Qwen3 Technical Report" (arXiv:2505.09388), Table 2: 48 layers,
+    # 32 query and 4 key-value heads, 128 experts of which 8 per token; the Hugging Face checkpoint's
+    # shapes as Megatron-LM arguments (THUDM/slime scripts/models/qwen3-30B-A3B.sh): hidden 2048,
+    # kv-channels 128 (heads of 128, not 2048 / 32), moe-ffn-hidden-size 768 (SwiGLU experts), every
+    # layer MoE, qk-layernorm, RMSNorm, RoPE, untied embeddings, vocab 151936. seq_len is the report's
+    # first pre-training stage's 4,096 tokens (section 3.2). We count 30.5B parameters, 3.3B active per
+    # token and 29.9B outside the embeddings, as the model card (huggingface.co/Qwen/Qwen3-30B-A3B)
+    # gives them (tests/sim/cost/test_head_dim.py).
+    "qwen3-30b-a3b": ModelSpec(
+        layers=48,
+        hidden=2048,
+        heads=32,
+        ffn=6144,
+        seq_len=4096,
+        vocab=151936,
+        gated_mlp=True,
+        position_embedding="rope",
+        kv_heads=4,
+        head_dim=128,
+        qk_norm=True,
+        moe=MoESpec(num_experts=128, top_k=8, expert_ffn=768),
     ),
 }

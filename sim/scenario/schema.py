@@ -243,6 +243,8 @@ _LATER_KEYS = (  # (path, default) of keys added after the first summaries were 
     (("training", "flash_attention"), False),
     (("training", "fp8"), False),
     (("model", "kv_heads"), None),
+    (("model", "head_dim"), None),
+    (("model", "qk_norm"), False),
     (("parallel", "megatron", "blocking_p2p"), None),
     (("parallel", "megatron", "grad_reduce_in_fp32"), None),
 )

@@ -93,6 +93,7 @@ def test_llama_presets_have_rope_and_gpt_presets_a_table():
         "tiny-8l": "learned",
         "mixtral-8x7b": "rope",
         "deepseek-v3-like": "rope",
+        "qwen3-30b-a3b": "rope",  # the Qwen3 report, section 2: RoPE
     }
 
 

@@ -475,7 +475,7 @@ BAD = [
         "model_heads_not_dividing_hidden",
         variant(("model.heads", 7)),
         "model.heads",
-        r"7 does not divide model\.hidden \(1024\)$",
+        r"7 does not divide model\.hidden \(1024\): give model\.head_dim to decouple them$",
     ),
     (
         "numerics_heads_not_dividing_hidden",
