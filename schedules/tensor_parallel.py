@@ -56,6 +56,7 @@ class TensorParallelPlan:
     # Megatron's scatter/gather of pipeline messages: each rank received 1/t of one (tp > 1)
     scatter_gather: bool = False
     tp_comm_overlap: bool = False  # Transformer Engine's userbuffers overlap (schedules.tp_overlap)
+    ep_algorithm: str = "auto"  # the MoE dispatches' and combines' all_to_all algorithm (sim.collectives)
 
     def stage_plan(self, phase: Phase, stage: int, num_stages: int, tp: int, ep: int) -> list[Piece]:
         """tp_stage_plan's pieces of (phase, stage), in a pipeline of `num_stages` stages."""
@@ -241,7 +242,8 @@ def add_tensor_parallel(program: Program, layout: Layout, plan: TensorParallelPl
                 if kind is not None and on is not None:
                     group, stream, tag = groups[on]
                     size = collective_bytes(on, items)
-                    collective = Collective(kind, tag(piece.label), group, size, stream=stream, deps=(piece.label,))
+                    algorithm = plan.ep_algorithm if on == "ep" else "auto"
+                    collective = Collective(kind, tag(piece.label), group, size, algorithm, stream, (piece.label,))
                     out.append(collective)
                     if on in BESIDE:  # the next piece runs beside it
                         beside = (collective.label,)

@@ -44,7 +44,7 @@ def _nodes(plan: Plan) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(sorted(node, key=rails.__getitem__)) for node in plan.nodes or (tuple(range(plan.n)),))
 
 
-def _layout(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rail_layout(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(node of each rank, rail of each rank, members[node, rail] = the rank there or -1)."""
     nodes, rails = _nodes(plan), np.array(_tuned(plan).rails, np.int64)
     node_of = np.zeros(plan.n, np.int64)
@@ -64,7 +64,7 @@ def _tuned(plan: Plan) -> Tuned:
 def retraffic(plan: Plan, src, dst, nbytes, apply, latency_s: float) -> Step:
     """The step's messages as NCCL moves them: NVLink and NIC hops at their rates, PXN relays."""
     tuned = _tuned(plan)
-    node_of, rail_of, members = _layout(plan)
+    node_of, rail_of, members = rail_layout(plan)
     src, dst, nbytes = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(nbytes, float)
     same = node_of[src] == node_of[dst]
     via = members[node_of[src], rail_of[dst]] if len(src) else src

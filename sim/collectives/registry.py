@@ -17,7 +17,8 @@ The `auto` rule (M = nccl-tests' size, n = ranks in the group, SMALL = 256 KiB):
 With the NCCL layer on (the graph carries sim.collectives.nccl's settings), `auto` for all_reduce,
 reduce_scatter and all_gather is NCCL's own choice among its ring, tree, NVLS and NVLS-tree (the
 least time of its tuning model, sim.collectives.nccl_tuning), and for all_to_all `pxn`; the other
-collectives keep the table above.
+collectives keep the table above. An all_to_all may also be asked for as `flex:K/E`, an MoE exchange
+as DeepEP and HybridEP run it (sim.collectives.moe_dispatch: top K of E experts).
 
 Large messages get the unidirectional ring, NCCL's default shape (busbw tends to the link bandwidth);
 on a ring or torus fabric `ring_bidir` uses both link directions and doubles that, ask for it by name.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from clustersim.sim.collectives import direct, halving_doubling, hierarchical, nccl, ring, torus, tree
+from clustersim.sim.collectives import direct, halving_doubling, hierarchical, moe_dispatch, nccl, ring, torus, tree
 from clustersim.sim.collectives import nccl_algorithms as nccl_algos
 from clustersim.sim.collectives.fabric import Fabric, node_groups, spans_nodes, torus_dims
 from clustersim.sim.collectives.nccl_tuning import Shape
@@ -121,6 +122,9 @@ def algorithm(op: str, name: str, fabric: Fabric, group: list[int], nbytes: floa
         raise CollectiveError(f"unknown collective {op!r} (valid: {', '.join(OPS)})")
     if name == "auto":
         name = auto_algorithm(op, fabric, group, nbytes)
+    flex = moe_dispatch.algorithm(name) if op == "all_to_all" else None
+    if flex is not None:
+        return name, flex
     if name not in ALGORITHMS[op]:
         raise CollectiveError(f"unknown algorithm {name!r} for {op} (valid: auto, {', '.join(ALGORITHMS[op])})")
     return name, ALGORITHMS[op][name]

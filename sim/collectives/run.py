@@ -20,7 +20,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from clustersim.sim.collectives import nccl
+from clustersim.sim.collectives import moe_dispatch, nccl
 from clustersim.sim.collectives.fabric import Fabric, describe, node_groups, torus_dims
 from clustersim.sim.collectives.ops import REDUCE_OPS, ROOTED, prepare, results
 from clustersim.sim.collectives.registry import algorithm, nccl_shape
@@ -60,7 +60,10 @@ def resolve_protocol(graph: nx.DiGraph, op: str, algo: str, group: Iterable[int]
 
 
 def _tune(fabric: Fabric, op: str, name: str, group: list[int], size: float) -> nccl.Tuned | None:
-    """The NCCL layer's decisions for an NCCL algorithm on a fabric that has the layer on."""
+    """The NCCL layer's decisions for an NCCL algorithm on a fabric that has the layer on (a flex
+    MoE exchange: a point-to-point one's, "pxn")."""
+    if moe_dispatch.parse(name) is not None:
+        name = "pxn"
     if name not in nccl.ALGOS or fabric.nccl is None:
         return None
     node_of = fabric.node_of_gpu

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from clustersim.schedules.ir import Phase
 from clustersim.schedules.tensor_parallel import TensorParallelPlan
 from clustersim.schedules.zero3 import unit_buckets, unit_ranges
+from clustersim.sim.collectives import moe_dispatch
 from clustersim.sim.cost.stages import layers_params, stage_layer_range, stage_moe_layers
 from clustersim.sim.scenario.schema import Scenario
 from clustersim.sim.scenario.sections import ParallelSection
@@ -63,7 +64,17 @@ def tensor_parallel_plan(scenario: Scenario) -> TensorParallelPlan:
         cut_unit_layers(p),
         p.scatter_gather_messages,
         p.megatron.tp_comm_overlap,
+        ep_algorithm(scenario),
     )
+
+
+def ep_algorithm(scenario: Scenario) -> str:
+    """The expert-parallel exchanges' all_to_all algorithm: NCCL's (auto), or with the flex
+    dispatcher sim.collectives.moe_dispatch's for the model's routing."""
+    moe = scenario.model_spec.moe
+    if scenario.parallel.megatron.moe_dispatcher == "flex" and moe is not None:
+        return moe_dispatch.algorithm_name(moe.top_k, moe.num_experts)
+    return "auto"
 
 
 def layer_bytes(scenario: Scenario, stage: int) -> list[float]:

@@ -26,6 +26,10 @@ def check_expert_parallel(
             raise FieldError("parallel.ep", f"{p.ep} needs an MoE model (set model.moe); this model is dense")
         if n.hot_expert_bias:
             raise FieldError("numerics.hot_expert_bias", "needs an MoE model (set model.moe); this model is dense")
+        if p.megatron.moe_dispatcher != "alltoall":
+            raise FieldError(
+                "parallel.megatron.moe_dispatcher", "needs an MoE model (set model.moe); this model is dense"
+            )
         return
     if m.moe.num_experts % p.ep:
         raise FieldError("parallel.ep", f"{p.ep} does not divide model.moe.experts ({m.moe.num_experts})")

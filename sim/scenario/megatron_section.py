@@ -3,6 +3,8 @@ Engine's overlap of the tensor-parallel collectives, each a switch."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from clustersim.sim.scenario.errors import FieldError
@@ -62,6 +64,12 @@ class MegatronSection(Section):
         description="each sublayer's tensor-parallel all-gather and reduce-scatter beside the GEMM next to it, "
         "as Transformer Engine's userbuffers run them (NeMo's ub_tp_comm_overlap; ring exchange, pipeline of 4 "
         "chunks, bulk: schedules.tp_overlap); needs tp > 1, sequence parallelism, compute_model kernel",
+    )
+    moe_dispatcher: Literal["alltoall", "flex"] = Field(
+        "alltoall",
+        description="how an MoE layer's tokens reach their experts (Megatron-Core's --moe-token-dispatcher-type): "
+        "alltoall, one copy per (token, expert) in an all-to-all; flex, DeepEP or HybridEP, one copy per remote "
+        "node over the network, forwarded over NVLink (sim.collectives.moe_dispatch; needs the NCCL layer)",
     )
     tp_comm_overlap_sms: OverlapSms = Field(
         OverlapSms(),

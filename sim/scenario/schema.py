@@ -94,6 +94,8 @@ class Scenario(Section):
         if m.ffn % p.tp:
             raise FieldError("parallel.tp", f"{p.tp} does not divide model.ffn ({m.ffn})")
         check_expert_parallel(self.model, self.model_spec.seq_len, self.parallel, self.training, self.numerics)
+        if self.parallel.megatron.moe_dispatcher == "flex" and self.cluster.nccl is None:
+            raise FieldError("parallel.megatron.moe_dispatcher", "flex needs the NCCL layer (set cluster.nccl)")
         if p.world_size != c.num_gpus:
             raise FieldError(
                 "parallel",
@@ -247,4 +249,5 @@ _LATER_KEYS = (  # (path, default) of keys added after the first summaries were 
     (("model", "qk_norm"), False),
     (("parallel", "megatron", "blocking_p2p"), None),
     (("parallel", "megatron", "grad_reduce_in_fp32"), None),
+    (("parallel", "megatron", "moe_dispatcher"), "alltoall"),
 )
