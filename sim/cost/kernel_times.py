@@ -35,8 +35,9 @@ from clustersim.schedules.pipeline import rank_order
 from clustersim.schedules.stage_pieces import UNIT_ITEM
 from clustersim.schedules.tp_overlap import parse_segment
 from clustersim.sim.cost.kernel import KERNEL_CLASSES, Kernel
-from clustersim.sim.cost.kernels import LayerKernels, Shapes
+from clustersim.sim.cost.kernels import LayerKernels
 from clustersim.sim.cost.optimizer_step import accumulation_bytes, accumulation_kernels, optimizer_kernels
+from clustersim.sim.cost.shapes import Shapes
 from clustersim.sim.cost.stages import tensor_parallel_item_flops, tensor_parallel_item_weight_flops
 from clustersim.sim.cost.units import tensor_parallel_plan
 from clustersim.sim.scenario.chips import CHIPS

@@ -35,9 +35,9 @@ from clustersim.sim.cost import flash_attention, gemm
 from clustersim.sim.cost.attention_core import unfused_core
 from clustersim.sim.cost.compute import moe_routed_rows
 from clustersim.sim.cost.kernel import Kernel, Pair
+from clustersim.sim.cost.shapes import Shapes
 from clustersim.sim.scenario.chips import ChipSpec
 from clustersim.sim.scenario.hardware import GpuSpec
-from clustersim.sim.scenario.presets import MoESpec
 
 ITEMS = ("attn", "mlp", "embed", "head", "router", "experts")
 
@@ -50,40 +50,6 @@ CROSS_ENTROPY_BACKWARD_BYTES = 14
 # The router's fp32 softmax and top-k over (T/t x E) scores: read and write 4 + 4; backward 4 + 4 + 4.
 ROUTER_SOFTMAX_FORWARD_BYTES = 8
 ROUTER_SOFTMAX_BACKWARD_BYTES = 12
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """What one tensor-parallel rank's kernels are made of."""
-
-    micro_batch: int
-    seq_len: int
-    hidden: int
-    heads: int
-    ffn: int
-    vocab: int
-    tp: int
-    sequence_parallel: bool
-    gated_mlp: bool
-    flash_attention: bool
-    dtype_bytes: int
-    moe: MoESpec | None = None
-    ep: int = 1
-    fp8: bool = False  # the transformer layers' linear GEMMs in FP8 (Transformer Engine)
-    kv_hidden: int | None = None  # the keys' and values' width under grouped-query attention (None: hidden)
-    fp32_weight_gradients: bool = False  # weight-gradient GEMMs add into an FP32 buffer (kernel_times)
-    rope: bool = False  # rotary position embeddings on the queries and keys; False: a learned position table
-    q_hidden: int | None = None  # the queries' width where heads are not hidden / heads wide (None: hidden)
-    qk_norm: bool = False  # an RMSNorm over each query and key head (Qwen3)
-
-    @property
-    def queries(self) -> int:
-        """The queries' (and the attention output's) width: heads x head_width."""
-        return self.q_hidden or self.hidden
-
-    @property
-    def head_width(self) -> int:
-        return self.queries // self.heads
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from clustersim.sim.cost import gemm
-from clustersim.sim.cost.kernels import LayerKernels, Shapes
+from clustersim.sim.cost.kernels import LayerKernels
+from clustersim.sim.cost.shapes import Shapes
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.hardware import GPUS
 

@@ -8,8 +8,9 @@ import math
 import pytest
 
 from clustersim.sim.cost import compute as cost
-from clustersim.sim.cost.kernels import LayerKernels, Shapes
+from clustersim.sim.cost.kernels import LayerKernels
 from clustersim.sim.cost.memory import activation_bytes_per_layer
+from clustersim.sim.cost.shapes import Shapes
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.hardware import GPUS
 from clustersim.sim.scenario.loader import load_scenario_text

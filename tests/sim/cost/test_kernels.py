@@ -10,7 +10,8 @@ from clustersim.sim.build import compute_time_fn, make_program
 from clustersim.sim.cost import compute as cost
 from clustersim.sim.cost import gemm
 from clustersim.sim.cost.kernel_times import KernelTimes
-from clustersim.sim.cost.kernels import LayerKernels, Shapes
+from clustersim.sim.cost.kernels import LayerKernels
+from clustersim.sim.cost.shapes import Shapes
 from clustersim.sim.scenario.chips import CHIPS
 from clustersim.sim.scenario.hardware import GPUS
 from clustersim.sim.scenario.loader import load_scenario_text

@@ -431,7 +431,7 @@ BAD = [
         variant(("model.preset", "gpt5")),
         "model.preset",
         r"unknown preset 'gpt5' \(valid: gpt3-1\.3b, gpt3-175b, llama2-7b, llama2-13b, tiny-8l, mixtral-8x7b, "
-        r"deepseek-v3-like\)$",
+        r"deepseek-v3-like, qwen3-30b-a3b\)$",
     ),
     (
         "unknown_schedule",
