@@ -9,8 +9,9 @@ bandwidths) are bench/nccl_tests.py's, and the per-layer rows (Korthikanti et al
 bench/layer_times.py's, imported here so the median and worst error cover all of them; the
 collectives section of docs/calibration.md is bench/nccl_tests.py's to write.
 
-Two kinds of published figure: the step time (Korthikanti et al. 2022 give seconds per
-iteration) and achieved TFLOP/s per GPU (Narayanan et al. 2021 Table 1). For the latter,
+Three kinds of published figure: the step time (Korthikanti et al. 2022 give seconds per
+iteration), tokens per second per GPU (Megatron-Bridge's table: global batch x sequence over the
+step time and the GPUs) and achieved TFLOP/s per GPU (Narayanan et al. 2021 Table 1). For the last,
 clustersim's figure is the paper's own FLOP count divided by the simulated step time and the GPU
 count, so both sides count the same FLOPs: the paper's appendix, equation (3), for a GPT model with
 activation recomputation, F = 96 B s l h^2 (1 + s / (6 h) + V / (16 l h)).
@@ -48,7 +49,12 @@ LAYER_BEGIN, LAYER_END = "<!-- layer table: bench/fidelity.py --write -->", "<!-
 NARAYANAN = "Narayanan et al. 2021 (SC21, arXiv:2104.04473) Table 1"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5"
 NEMO = "NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md), DGX-H100 FP8"
+BRIDGE = (
+    "Megatron-Bridge performance summary, NeMo 26.06 (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md)"
+    ", DGX-H100 FP8"
+)
 MODEL_TFLOPS = "model TFLOP/s"  # per GPU, NeMo's FLOP count (nemo_flops)
+TOKENS = "tokens/s"  # per GPU: global batch x sequence / step time / GPUs
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class Row:
     source: str
     configuration: str
     published: float
-    unit: str  # "s" (step time), "TFLOP/s" (per GPU, the paper's FLOP count) or MODEL_TFLOPS (NeMo's)
+    unit: str  # "s" (step time), "TFLOP/s" (per GPU, the paper's FLOP count), MODEL_TFLOPS (NeMo's) or TOKENS
     scenario: str  # scenarios/calibration/<scenario>.yaml
     small: bool = False  # seconds to simulate: rerun by the test suite
     vocab: int = 0  # MODEL_TFLOPS rows: the vocabulary NeMo's FLOP count uses for the model's family
@@ -109,6 +115,13 @@ ROWS = [
     _nemo("LLAMA2-70B", "64 H100, TP 4 + SP, PP 4 x 20, DP 4, batch 128, 8 query groups", 768, "nemo_llama2_70b"),
     _nemo("Nemotron-8B", "64 H100, TP 2 + SP, DP 32, batch 256", 643, "nemo_nemotron_8b"),
     _nemo("Nemotron-22B", "64 H100, TP 2 + SP, PP 4 x 10, DP 8, batch 256", 562, "nemo_nemotron_22b"),
+    Row(
+        BRIDGE,
+        "Qwen3-30B-A3B (MoE, 128 experts, top 8), 16 H100, EP 16, DP 16, batch 1024, FP8, HybridEP",
+        8826,
+        TOKENS,
+        "bridge_qwen3_30b_a3b",
+    ),
 ]
 
 
@@ -160,6 +173,8 @@ def simulated(row: Row, max_memory: str | None = None, compute_model: str | None
     step_s = simulate(scenario).summary["step_time_s"]
     if row.unit == "s":
         return step_s, step_s
+    if row.unit == TOKENS:
+        return scenario.training.global_batch * scenario.model_spec.seq_len / step_s / scenario.num_gpus, step_s
     flops = nemo_flops(scenario, row.vocab) if row.unit == MODEL_TFLOPS else megatron_flops(scenario)
     return flops / step_s / scenario.num_gpus / 1e12, step_s
 
