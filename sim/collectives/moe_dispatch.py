@@ -25,8 +25,12 @@ moe_router_force_load_balancing makes it):
 
 Qwen3-30B-A3B over 16 ranks on 2 nodes (E 128, k 8, e 8, R 8): p_gpu 0.41, p_node 0.997, so a
 rank sends the other node 0.997 S / 8 where the alltoall dispatcher sends S / 2: 4 times fewer
-bytes on the NICs. Node-limited routing (DeepSeek-V3's 4 of 8 nodes) is not in p_node: tokens
-are taken to pick among all experts. The steps of the two hops run at once (DeepEP and HybridEP
+bytes on the NICs. With node-limited routing (DeepSeek-V3's: the experts in G equal groups, a
+token's k within its best M groups) a token picks M groups evenly, then k experts among their
+M E / G; the odds of missing a set of experts are then averaged over the token's C(G, M) choices
+of groups (by counting, over how many of the set's experts each group holds). DeepSeek-V3's 256
+experts in 8 groups, 4 per token, on 8 nodes of one group each: p_node 0.45, against 0.66
+without the limit. The steps of the two hops run at once (DeepEP and HybridEP
 pipeline them in chunks); the NVLink and NIC rates and the latency are the NCCL layer's for a
 point-to-point exchange (sim.collectives.nccl, "pxn" tuning); the kernels' own SM budget is not
 modelled. The data moved is the all-to-all's (sim.collectives.direct), so the numerics are exact.
@@ -36,7 +40,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from clustersim.sim.collectives import direct
 from clustersim.sim.collectives.nccl_algorithms import rail_layout, retraffic
@@ -45,50 +50,83 @@ from clustersim.sim.collectives.steps import CollectiveError, Plan, Step
 PREFIX = "flex:"
 
 
-def algorithm_name(top_k: int, experts: int) -> str:
-    """The all_to_all algorithm name of a flex exchange of top_k of `experts` experts."""
-    return f"{PREFIX}{top_k}/{experts}"
+@dataclass(frozen=True)
+class Routing:
+    """How a token picks its experts: top_k distinct of `experts`, within its best `limited` of
+    `groups` equal blocks of experts (limited = groups: anywhere)."""
+
+    top_k: int
+    experts: int
+    groups: int = 1
+    limited: int = 1
+
+    def __post_init__(self):
+        g, m, k, e = self.groups, self.limited, self.top_k, self.experts
+        if not (0 < k <= e and 0 < m <= g and e % g == 0 and k <= m * e // g):
+            raise CollectiveError(
+                f"flex routing: top {k} of {e} experts within {m} of {g} groups is not a routing (0 < top_k <= "
+                "the limited groups' experts, groups dividing the experts)"
+            )
+
+    @property
+    def name(self) -> str:
+        """The all_to_all algorithm name of a flex exchange with this routing."""
+        return f"{PREFIX}{self.top_k}/{self.experts}/{self.groups}/{self.limited}"
+
+    def hit_probability(self, held: Sequence[int]) -> float:
+        """P(a token's experts include one of the experts numbered in `held`)."""
+        per_group = self.experts // self.groups
+        overlaps = [0] * self.groups
+        for expert in held:
+            overlaps[expert // per_group] += 1
+        # ways[j][t]: sets of j groups holding t of `held` between them
+        ways = [[0] * (len(held) + 1) for _ in range(self.limited + 1)]
+        ways[0][0] = 1
+        for overlap in overlaps:
+            for j in range(self.limited, 0, -1):
+                for t in range(len(held), overlap - 1, -1):
+                    ways[j][t] += ways[j - 1][t - overlap]
+        pool = self.limited * per_group  # the experts of a token's groups
+        miss = sum(count * math.comb(pool - t, self.top_k) for t, count in enumerate(ways[self.limited]))
+        return 1.0 - miss / (math.comb(self.groups, self.limited) * math.comb(pool, self.top_k))
 
 
-def parse(name: str) -> tuple[int, int] | None:
-    """(top_k, experts) of a flex algorithm name, None for another name."""
+def parse(name: str) -> Routing | None:
+    """The routing of a flex algorithm name, None for another name."""
     if not name.startswith(PREFIX):
         return None
-    top_k, _, experts = name[len(PREFIX) :].partition("/")
-    if not (top_k.isdigit() and experts.isdigit()) or not 0 < int(top_k) <= int(experts):
-        raise CollectiveError(f"flex algorithm {name!r}: expected flex:TOP_K/EXPERTS with 0 < TOP_K <= EXPERTS")
-    return int(top_k), int(experts)
+    fields = name[len(PREFIX) :].split("/")
+    if len(fields) != 4 or not all(f.isdigit() for f in fields):
+        raise CollectiveError(f"flex algorithm {name!r}: expected flex:TOP_K/EXPERTS/GROUPS/LIMITED")
+    return Routing(*(int(f) for f in fields))
 
 
-def hit_probability(experts: int, top_k: int, held: int) -> float:
-    """P(a token's top_k distinct experts, drawn evenly from `experts`, include one of `held`)."""
-    return 1.0 - math.comb(experts - held, top_k) / math.comb(experts, top_k)
-
-
-def flex_all_to_all(plan: Plan, top_k: int, experts: int) -> Iterator[Step]:
-    """One step: the token copies of the module docstring, both hops at once."""
+def flex_all_to_all(plan: Plan, routing: Routing) -> Iterator[Step]:
+    """One step: the token copies of the module docstring, both hops at once. EP rank r of the
+    group (its r-th member) holds experts r e .. (r + 1) e - 1."""
     n = plan.n
-    if experts % n:
-        raise CollectiveError(f"flex all_to_all: {experts} experts do not spread evenly over {n} ranks")
+    if routing.experts % n:
+        raise CollectiveError(f"flex all_to_all: {routing.experts} experts do not spread evenly over {n} ranks")
     tuned = plan.nccl
     if tuned is None:
         raise CollectiveError("the flex all_to_all needs the NCCL layer on (a topology with nccl settings)")
-    held = experts // n
-    per_token = plan.nbytes / top_k  # S / k
-    to_gpu = per_token * hit_probability(experts, top_k, held)
+    held = routing.experts // n
+    per_token = plan.nbytes / routing.top_k  # S / k
     node_of, rail_of, members = rail_layout(plan)
+    experts_of = [range(r * held, (r + 1) * held) for r in range(n)]
+    to_gpu = [per_token * routing.hit_probability(experts_of[r]) for r in range(n)]
+    nodes = [[int(j) for j in row if j >= 0] for row in members]
+    to_node = [per_token * routing.hit_probability([e for j in node for e in experts_of[j]]) for node in nodes]
     src: list[int] = []
     dst: list[int] = []
     nbytes: list[float] = []
     for i in range(n):
-        for node in range(members.shape[0]):
-            local = [int(j) for j in members[node] if j >= 0]
+        for node, local in enumerate(nodes):
             if node == node_of[i]:
-                hops = [(i, j, to_gpu) for j in local if j != i]
+                hops = [(i, j, to_gpu[j]) for j in local if j != i]
             else:
                 peer = int(members[node, rail_of[i]]) if members[node, rail_of[i]] >= 0 else local[0]
-                to_node = per_token * hit_probability(experts, top_k, held * len(local))
-                hops = [(i, peer, to_node)] + [(peer, j, to_gpu) for j in local if j != peer]
+                hops = [(i, peer, to_node[node])] + [(peer, j, to_gpu[j]) for j in local if j != peer]
             for s, d, b in hops:
                 src.append(s)
                 dst.append(d)
@@ -99,5 +137,5 @@ def flex_all_to_all(plan: Plan, top_k: int, experts: int) -> Iterator[Step]:
 
 def algorithm(name: str):
     """The step generator of a flex name (parse), or None for another name."""
-    parsed = parse(name)
-    return None if parsed is None else functools.partial(flex_all_to_all, top_k=parsed[0], experts=parsed[1])
+    routing = parse(name)
+    return None if routing is None else functools.partial(flex_all_to_all, routing=routing)

@@ -73,7 +73,8 @@ def ep_algorithm(scenario: Scenario) -> str:
     dispatcher sim.collectives.moe_dispatch's for the model's routing."""
     moe = scenario.model_spec.moe
     if scenario.parallel.megatron.moe_dispatcher == "flex" and moe is not None:
-        return moe_dispatch.algorithm_name(moe.top_k, moe.num_experts)
+        groups = moe.expert_groups
+        return moe_dispatch.Routing(moe.top_k, moe.num_experts, groups, moe.limited_groups or groups).name
     return "auto"
 
 
