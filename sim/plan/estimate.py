@@ -57,7 +57,7 @@ from clustersim.sim.cost.stages import (
     stage_params,
     weight_bytes,
 )
-from clustersim.sim.cost.units import gathered_peak_bytes
+from clustersim.sim.cost.units import ep_algorithm, gathered_peak_bytes
 from clustersim.sim.plan.space import scenario_of
 from clustersim.sim.plan.timeline import peak_held_bytes, play
 from clustersim.sim.scenario.schema import Scenario
@@ -85,17 +85,18 @@ class Fabric:
         self.graph = graph
         self._time = lru_cache(maxsize=None)(self._two_sizes)
 
-    def _two_sizes(self, op: str, group: tuple[int, ...]) -> tuple[float, float]:
+    def _two_sizes(self, op: str, group: tuple[int, ...], algorithm: str) -> tuple[float, float]:
         return (
-            time_collective(self.graph, op, "auto", group, SMALL_BYTES)[0],
-            time_collective(self.graph, op, "auto", group, LARGE_BYTES)[0],
+            time_collective(self.graph, op, algorithm, group, SMALL_BYTES)[0],
+            time_collective(self.graph, op, algorithm, group, LARGE_BYTES)[0],
         )
 
-    def seconds(self, op: str, group: tuple[int, ...], nbytes: float) -> float:
-        """Seconds of `op` on `group` moving `nbytes` (nccl-tests' size); 0 on one GPU or no bytes."""
+    def seconds(self, op: str, group: tuple[int, ...], nbytes: float, algorithm: str = "auto") -> float:
+        """Seconds of `op` on `group` moving `nbytes` (nccl-tests' size) by `algorithm`; 0 on one
+        GPU or no bytes."""
         if len(group) < 2 or nbytes <= 0:
             return 0.0
-        small_s, large_s = self._time(op, group)
+        small_s, large_s = self._time(op, group, algorithm)
         return max(0.0, small_s + (nbytes - SMALL_BYTES) * (large_s - small_s) / (LARGE_BYTES - SMALL_BYTES))
 
 
@@ -177,7 +178,7 @@ def _rank_times(scenario: Scenario, fabric: Fabric, rank: int) -> tuple[float, f
     stages = _stages_of(scenario, rank)
     act_bytes = cost.boundary_activation_bytes(t.micro_batch, m.seq_len, m.hidden, scenario.dtype_bytes)
     tp_s = fabric.seconds("all_reduce", layout.tp_group(0, rank), act_bytes)
-    a2a_s = fabric.seconds("all_to_all", layout.ep_group(0, rank, 0), alltoall_bytes(scenario))
+    a2a_s = fabric.seconds("all_to_all", layout.ep_group(0, rank, 0), alltoall_bytes(scenario), ep_algorithm(scenario))
     p2p_bytes = act_bytes / p.tp if p.sequence_parallel else act_bytes
     neighbour = layout.pp_group(0, 0)[(rank + 1) % p.pp]
     send_s = fabric.seconds("p2p", (layout.pp_group(0, 0)[rank], neighbour), p2p_bytes) if p.pp > 1 else 0.0

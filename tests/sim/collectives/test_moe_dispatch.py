@@ -121,12 +121,16 @@ numerics: {enabled: false}
 
 
 def test_the_scenario_switch_sends_fewer_bytes_and_checks_its_needs():
+    from clustersim.sim.plan.estimate import estimate, fabric_of
     from clustersim.sim.run import simulate
 
-    flex = simulate(load_scenario_text(SCENARIO)).summary
-    alltoall = simulate(load_scenario_text(SCENARIO.replace("moe_dispatcher: flex", "moe_dispatcher: alltoall")))
-    assert flex["alltoall_bytes_total"] < alltoall.summary["alltoall_bytes_total"]
-    assert flex["step_time_s"] < alltoall.summary["step_time_s"]
+    scenarios = [load_scenario_text(SCENARIO.replace("flex", dispatcher)) for dispatcher in ("flex", "alltoall")]
+    flex, alltoall = (simulate(scenario).summary for scenario in scenarios)
+    assert flex["alltoall_bytes_total"] < alltoall["alltoall_bytes_total"]
+    assert flex["step_time_s"] < alltoall["step_time_s"]
+    # the planner's estimate times the same exchange
+    planned = [estimate(scenario, fabric_of(scenario)).step_time_s for scenario in scenarios]
+    assert planned[0] < planned[1]
     with pytest.raises(ScenarioError, match="moe_dispatcher: flex needs the NCCL layer"):
         load_scenario_text(SCENARIO.replace("  nccl: {}\n", ""))
     dense = SCENARIO.replace(",\n        moe: {experts: 64, top_k: 8, expert_ffn: 256}}", "}").replace(", ep: 16", "")
