@@ -123,10 +123,9 @@ MODELS: dict[str, ModelSpec] = {
     # top 2, SwiGLU experts, every layer MoE; mistralai/Mixtral-8x7B-v0.1 config.json agrees
     # (num_local_experts 8, num_experts_per_tok 2, intermediate_size 14336, max_position_embeddings
     # 32768). seq_len is the paper's 32k training context ("trained with a context size of 32k
-    # tokens"); override it (e.g. 4096) for cheaper runs: the memory model has no flash attention,
-    # so the 5as^2b score term is large at 32k. No GQA here: the 8 KV heads become 32, i.e.
-    # 2h(h - 8 x 128) = 25.2M more attention weights per layer, 0.81B in all: we count 47.5B total
-    # and 13.7B active against the 46.7B and 12.9B Mistral AI publishes (tests/test_cost_moe.py).
+    # tokens"); override it (e.g. 4096) for cheaper runs (training.flash_attention drops the
+    # 5as^2b score term from the memory). With its 8 key-value heads we count 46.7B parameters and
+    # 12.9B active, as Mistral AI publishes them (tests/sim/cost/test_cost_moe.py).
     "mixtral-8x7b": ModelSpec(
         layers=32,
         hidden=4096,
@@ -136,6 +135,7 @@ MODELS: dict[str, ModelSpec] = {
         vocab=32000,
         gated_mlp=True,
         position_embedding="rope",
+        kv_heads=8,
         moe=MoESpec(num_experts=8, top_k=2, expert_ffn=14336),
     ),
     # DeepSeek-V3-like, DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv:2412.19437), section
