@@ -211,6 +211,7 @@ def make_numerics(scenario: Scenario) -> PipelineNumerics | DataParallelNumerics
         if moe is not None
         else None,
         moe_layers=moe.moe_layers(m.layers) if moe is not None else (),
+        stage_layers=tuple(p.stage_layers) if p.stage_layers is not None else None,
     )
     placements = replica_placements(scenario)
     order = rank_order(scenario.schedule, p.pp, scenario.num_microbatches, p.virtual)

@@ -18,8 +18,13 @@ from clustersim.sim.scenario.schema import Scenario
 
 
 def stage_layer_range(scenario: Scenario, stage: int) -> range:
-    per_stage = scenario.model_spec.layers // scenario.parallel.num_stages
-    return range(stage * per_stage, (stage + 1) * per_stage)
+    """The layers of pipeline stage `stage`: parallel.stage_layers' split, or an even one."""
+    sizes = scenario.parallel.stage_layers
+    if sizes is None:
+        per_stage = scenario.model_spec.layers // scenario.parallel.num_stages
+        return range(stage * per_stage, (stage + 1) * per_stage)
+    start = sum(sizes[:stage])
+    return range(start, start + sizes[stage])
 
 
 def stage_moe_layers(scenario: Scenario, stage: int) -> list[bool]:
@@ -220,7 +225,7 @@ def replicated_params(scenario: Scenario, stage: int) -> float:
     (qk_norm), a dense layer's MLP bias, and the final layernorm on the last stage."""
     m, num_stages = scenario.model_spec, scenario.parallel.num_stages
     dense = sum(not moe for moe in stage_moe_layers(scenario, stage))
-    layers = m.layers // num_stages
+    layers = len(stage_layer_range(scenario, stage))
     qk_norms = layers * 2 * m.head_width if m.qk_norm else 0
     return (layers * 5 + dense) * m.hidden + qk_norms + (2 * m.hidden if stage == num_stages - 1 else 0)
 

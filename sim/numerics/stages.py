@@ -1,6 +1,7 @@
 """The shadow model cut into pipeline stages, each holding and training its own parameters.
 
-With p stages and L layers, stage s owns layers [s L/p, (s+1) L/p); stage 0 also owns the embedding
+With p stages and L layers, stage s owns layers [s L/p, (s+1) L/p) (or the scenario's uneven split,
+ShadowConfig.stage_layers); stage 0 also owns the embedding
 and stage p-1 the final layernorm, head and loss. Stage s of microbatch j computes
 y_{j,s} = f_s(y_{j,s-1}). For the mean loss over m equal microbatches, L = (1/m) sum_j loss_j, so
 the last stage seeds backward with dL/dloss_j = 1/m and each stage accumulates
@@ -20,11 +21,18 @@ HEAD_PARAMS = ("final_ln.g", "final_ln.b", "head.w")
 
 
 def stage_layers(cfg: ShadowConfig, stage: int, num_stages: int) -> range:
-    """The transformer blocks stage `stage` runs, in order."""
-    if num_stages < 1 or cfg.layers % num_stages:
-        raise ValueError(f"pipeline stages ({num_stages}) must divide the shadow model's layers ({cfg.layers})")
+    """The transformer blocks stage `stage` runs, in order (cfg.stage_layers' split, or an even one)."""
     if not 0 <= stage < num_stages:
         raise ValueError(f"stage {stage} is outside 0..{num_stages - 1}")
+    if cfg.stage_layers is not None:
+        if len(cfg.stage_layers) != num_stages or sum(cfg.stage_layers) != cfg.layers:
+            raise ValueError(
+                f"stage_layers {cfg.stage_layers}: one count per stage ({num_stages}), {cfg.layers} in all"
+            )
+        start = sum(cfg.stage_layers[:stage])
+        return range(start, start + cfg.stage_layers[stage])
+    if cfg.layers % num_stages:
+        raise ValueError(f"pipeline stages ({num_stages}) must divide the shadow model's layers ({cfg.layers})")
     per_stage = cfg.layers // num_stages
     return range(stage * per_stage, (stage + 1) * per_stage)
 

@@ -41,6 +41,7 @@ class ShadowConfig:
     moe: MoEConfig | None = None
     moe_layers: tuple[int, ...] = ()
     kv_heads: int | None = None  # grouped-query attention: query heads share keys and values in groups
+    stage_layers: tuple[int, ...] | None = None  # each pipeline stage's layers (None: an even split)
 
     @property
     def kv_hidden(self) -> int:

@@ -77,9 +77,19 @@ class Scenario(Section):
     @model_validator(mode="after")
     def _cross_field_checks(self) -> Scenario:
         m, p, t, c = self.model, self.parallel, self.training, self.cluster
-        if m.layers % p.pp:
+        if p.stage_layers is not None:
+            if len(p.stage_layers) != p.num_stages or sum(p.stage_layers) != m.layers:
+                raise FieldError(
+                    "parallel.stage_layers",
+                    (
+                        f"{len(p.stage_layers)} stages of {sum(p.stage_layers)} layers: give one count per stage, "
+                        f"parallel.pp ({p.pp}) x parallel.virtual ({p.virtual}) = {p.num_stages}, summing to "
+                        f"model.layers ({m.layers})"
+                    ),
+                )
+        elif m.layers % p.pp:
             raise FieldError("parallel.pp", f"{p.pp} does not divide model.layers ({m.layers})")
-        if m.layers % p.num_stages:
+        elif m.layers % p.num_stages:
             raise FieldError(
                 "parallel.virtual",
                 (
@@ -250,4 +260,5 @@ _LATER_KEYS = (  # (path, default) of keys added after the first summaries were 
     (("parallel", "megatron", "blocking_p2p"), None),
     (("parallel", "megatron", "grad_reduce_in_fp32"), None),
     (("parallel", "megatron", "moe_dispatcher"), "alltoall"),
+    (("parallel", "stage_layers"), None),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -187,6 +187,12 @@ class ParallelSection(Section):
         "1/tp of the tokens",
     )
 
+    stage_layers: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None,
+        description="the transformer layers of each pipeline stage (model chunk), first to last, summing to "
+        "model.layers: an uneven split, as Megatron-Core's pipeline_model_parallel_layout or "
+        "--decoder-first/last-pipeline-num-layers make one; absent: model.layers split evenly",
+    )
     megatron: MegatronSection = Field(MegatronSection(), description="Megatron-LM's pipeline optimisations")
 
     @field_validator("order")
