@@ -149,7 +149,8 @@ MODELS: dict[str, ModelSpec] = {
     # h = 7168, are fewer than MLA's 2bs^2 x 128 x (192 + 128); node-limited routing is (8 groups,
     # 4 per token); sigmoid scores, the bias's updates and multi-token prediction are not modelled.
     # We count 672.3B total and 37.8B active (without the embedding lookup) against the paper's
-    # 671B and 37B. 61 layers is prime: parallel.pp must be 1 or 61 while stages split layers evenly.
+    # 671B and 37B. 61 layers is prime: with parallel.pp other than 1 or 61, parallel.stage_layers
+    # splits them unevenly (the report's run had 16 pipeline stages, section 3.2).
     "deepseek-v3-like": ModelSpec(
         layers=61,
         hidden=7168,
