@@ -104,12 +104,13 @@ def _first_dense(scenario: Scenario) -> int:
 
 
 def _resized(scenario: Scenario, microbatches: int, layers: int) -> Scenario:
-    """The scenario with `microbatches` per replica and `layers` layers, all else the same."""
+    """The scenario with `microbatches` per replica and `layers` layers split evenly (a multiple of
+    the stages: an uneven parallel.stage_layers is dropped), all else the same."""
     t = scenario.training
     training = t.model_copy(update={"global_batch": t.micro_batch * scenario.parallel.dp * microbatches})
-    return scenario.model_copy(
-        update={"training": training, "model": scenario.model.model_copy(update={"layers": layers})}
-    )
+    parallel = scenario.parallel.model_copy(update={"stage_layers": None})
+    model = scenario.model.model_copy(update={"layers": layers})
+    return scenario.model_copy(update={"training": training, "model": model, "parallel": parallel})
 
 
 def _ops(scenario: Scenario, pipeline: tuple[int, ...]) -> int:

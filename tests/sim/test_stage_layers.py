@@ -54,3 +54,13 @@ def test_a_lighter_last_stage_shortens_a_step_its_head_paces():
     even = simulate(load_scenario_text(base.replace(", stage_layers: [2, 2, 2, 1]", ""))).summary
     uneven = simulate(load_scenario_text(base.replace("[2, 2, 2, 1]", "[3, 2, 2, 1]"))).summary
     assert uneven["step_time_s"] < even["step_time_s"]
+
+
+def test_the_memory_preflight_sizes_a_run_with_an_uneven_split():
+    """The preflight times small programs of a few whole layers per stage: the split is dropped
+    there (it raised for a layer past the resized model before)."""
+    from clustersim.sim.preflight import estimate
+
+    scenario = load_scenario_text(SCENARIO)
+    even = load_scenario_text(SCENARIO.replace("layers: 7", "layers: 8").replace("[2, 2, 2, 1]", "[2, 2, 2, 2]"))
+    assert 0 < estimate(scenario).ops <= estimate(even).ops  # one layer fewer: no more ops
