@@ -72,6 +72,8 @@ def strategies(base: Scenario) -> Iterator[Overrides]:
                 for schedule, virtual in _schedules(pp, batch // (dp * mb), m.layers // pp):
                     shape: Overrides = {"parallel.tp": tp, "parallel.pp": pp, "parallel.dp": dp, "parallel.ep": ep}
                     shape |= {"parallel.virtual": virtual, "training.micro_batch": mb, "schedule": schedule}
+                    if base.parallel.stage_layers is not None and pp * virtual != base.parallel.num_stages:
+                        shape["parallel.stage_layers"] = None  # the scenario's split is for its own stage count
                     for zero, recompute, sp in itertools.product(
                         ZERO_STAGES if dp > 1 else [0], RECOMPUTE_MODES, [False, True] if tp > 1 else [False]
                     ):

@@ -64,3 +64,15 @@ def test_the_memory_preflight_sizes_a_run_with_an_uneven_split():
     scenario = load_scenario_text(SCENARIO)
     even = load_scenario_text(SCENARIO.replace("layers: 7", "layers: 8").replace("[2, 2, 2, 1]", "[2, 2, 2, 2]"))
     assert 0 < estimate(scenario).ops <= estimate(even).ops  # one layer fewer: no more ops
+
+
+def test_the_planner_splits_its_other_stage_counts_evenly(tmp_path):
+    """The scenario's split fits its own 4 stages; the planner's strategies with other stage counts
+    (here 1: 7 layers leave no other) drop it rather than being refused for it."""
+    from clustersim.sim.plan.space import valid_candidates
+    from clustersim.sim.scenario.loader import scenario_data
+
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("numerics: {enabled: true", "numerics: {enabled: false"))
+    kept, _ = valid_candidates(scenario_data(path), load_scenario_text(SCENARIO), str(path))
+    assert kept and all(scenario.parallel.stage_layers is None for _, scenario in kept)
