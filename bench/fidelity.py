@@ -49,10 +49,7 @@ LAYER_BEGIN, LAYER_END = "<!-- layer table: bench/fidelity.py --write -->", "<!-
 NARAYANAN = "Narayanan et al. 2021 (SC21, arXiv:2104.04473) Table 1"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198) Table 5"
 NEMO = "NeMo 24.07 performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md), DGX-H100 FP8"
-BRIDGE = (
-    "Megatron-Bridge performance summary, NeMo 26.06 (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md)"
-    ", DGX-H100 FP8"
-)
+BRIDGE = "Megatron-Bridge performance summary (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md)"
 MODEL_TFLOPS = "model TFLOP/s"  # per GPU, NeMo's FLOP count (nemo_flops)
 TOKENS = "tokens/s"  # per GPU: global batch x sequence / step time / GPUs
 
@@ -87,6 +84,10 @@ def _nemo(model: str, layout: str, tflops: float, scenario: str, small: bool = F
     return Row(NEMO, f"{model}, {layout}, FP8", tflops, MODEL_TFLOPS, scenario, small, vocab)
 
 
+def _bridge(container: str, model: str, tokens: float, scenario: str) -> Row:
+    return Row(f"{BRIDGE}, NeMo {container}, DGX-H100 FP8", f"{model}, FP8", tokens, TOKENS, f"bridge_{scenario}")
+
+
 ROWS = [
     _table1("1.7B", "32 A100, TP 1, DP 32, batch 512", 137, "megatron_1_7b", small=True),
     _table1("3.6B", "64 A100, TP 2, DP 32, batch 512", 138, "megatron_3_6b"),
@@ -115,12 +116,14 @@ ROWS = [
     _nemo("LLAMA2-70B", "64 H100, TP 4 + SP, PP 4 x 20, DP 4, batch 128, 8 query groups", 768, "nemo_llama2_70b"),
     _nemo("Nemotron-8B", "64 H100, TP 2 + SP, DP 32, batch 256", 643, "nemo_nemotron_8b"),
     _nemo("Nemotron-22B", "64 H100, TP 2 + SP, PP 4 x 10, DP 8, batch 256", 562, "nemo_nemotron_22b"),
-    Row(
-        BRIDGE,
-        "Qwen3-30B-A3B (MoE, 128 experts, top 8), 16 H100, EP 16, DP 16, batch 1024, FP8, HybridEP",
+    _bridge(
+        "26.04.01", "LLAMA3-70B, 64 H100, TP 4 + SP, PP 8 x 5, DP 2, batch 256, 8 query groups", 1664, "llama3_70b"
+    ),
+    _bridge(
+        "26.06",
+        "Qwen3-30B-A3B (MoE, 128 experts, top 8), 16 H100, EP 16, DP 16, batch 1024, HybridEP",
         8826,
-        TOKENS,
-        "bridge_qwen3_30b_a3b",
+        "qwen3_30b_a3b",
     ),
 ]
 
