@@ -17,8 +17,9 @@ The `auto` rule (M = nccl-tests' size, n = ranks in the group, SMALL = 256 KiB):
 With the NCCL layer on (the graph carries sim.collectives.nccl's settings), `auto` for all_reduce,
 reduce_scatter and all_gather is NCCL's own choice among its ring, tree, NVLS and NVLS-tree (the
 least time of its tuning model, sim.collectives.nccl_tuning), and for all_to_all `pxn`; the other
-collectives keep the table above. An all_to_all may also be asked for as `flex:K/E`, an MoE exchange
-as DeepEP and HybridEP run it (sim.collectives.moe_dispatch: top K of E experts).
+collectives keep the table above. An all_to_all may also be asked for as `flex:K/E/G/M`, an MoE
+exchange as DeepEP and HybridEP run it (sim.collectives.moe_dispatch: top K of E experts, within the
+best M of G groups).
 
 Large messages get the unidirectional ring, NCCL's default shape (busbw tends to the link bandwidth);
 on a ring or torus fabric `ring_bidir` uses both link directions and doubles that, ask for it by name.
