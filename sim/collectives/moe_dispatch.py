@@ -117,20 +117,15 @@ def flex_all_to_all(plan: Plan, routing: Routing) -> Iterator[Step]:
     to_gpu = [per_token * routing.hit_probability(experts_of[r]) for r in range(n)]
     nodes = [[int(j) for j in row if j >= 0] for row in members]
     to_node = [per_token * routing.hit_probability([e for j in node for e in experts_of[j]]) for node in nodes]
-    src: list[int] = []
-    dst: list[int] = []
-    nbytes: list[float] = []
+    hops: list[tuple[int, int, float]] = []  # (from, to, bytes)
     for i in range(n):
         for node, local in enumerate(nodes):
             if node == node_of[i]:
-                hops = [(i, j, to_gpu[j]) for j in local if j != i]
+                hops += [(i, j, to_gpu[j]) for j in local if j != i]
             else:
                 peer = int(members[node, rail_of[i]]) if members[node, rail_of[i]] >= 0 else local[0]
-                hops = [(i, peer, to_node[node])] + [(peer, j, to_gpu[j]) for j in local if j != peer]
-            for s, d, b in hops:
-                src.append(s)
-                dst.append(d)
-                nbytes.append(b)
+                hops += [(i, peer, to_node[node])] + [(peer, j, to_gpu[j]) for j in local if j != peer]
+    src, dst, nbytes = zip(*hops) if hops else ((), (), ())
     moves = next(direct.all_to_all(plan))
     yield retraffic(plan, src, dst, nbytes, moves.apply, tuned.base_latency_s + tuned.hop_latency_s)
 
