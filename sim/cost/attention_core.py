@@ -5,7 +5,7 @@ For b a/t sequences of s tokens, head dim d (Megatron-LM's CoreAttention of 2021
 
     scores   S = Q K^T, batched b a/t times (s x s x d): writes the (s x s) scores
     softmax  fused scale-mask-softmax over (b a/t s s): read and write (2 dt)
-    dropout  read, write and a 1-byte mask (2 dt + 1)
+    dropout  read, write and a 1-byte mask (2 dt + 1); none at attention dropout 0
     context  O = P V (s x d x s): reads the (s x s) probabilities
 
 All of them are bound by HBM, not by the tensor cores: the GEMMs' inner dimension is the head dim
@@ -53,6 +53,7 @@ def unfused_hbm_efficiency(layer: LayerKernels, measured: AttentionMeasurement) 
         heads=measured.heads,
         hidden=measured.heads * measured.head_dim,
         q_hidden=None,  # the measured heads' width, not the scenario's
+        attention_dropout=measured.attention_dropout,
         tp=1,
         dtype_bytes=measured.dtype_bytes,
     )
@@ -81,7 +82,10 @@ def _unfused(layer: LayerKernels) -> Pair:
     s, d = sh.seq_len, sh.head_width
     scores = layer.gemm_pair("scores Q K^T", s, s, d, heads, "attention_core", weights=False)  # (s x s) per head
     softmax = layer.elementwise("softmax", heads * s * s, 2 * dt, 3 * dt, "attention_core")  # fused scale-mask-softmax
-    dropout = layer.elementwise("attention dropout", heads * s * s, 2 * dt + 1, 2 * dt + 1, "attention_core")
     context = layer.gemm_pair("context P V", s, d, s, heads, "attention_core", weights=False)  # (s x d) per head
+    if not sh.attention_dropout:
+        joined = layer.join(scores, softmax, context)
+        return list(joined.forward), list(joined.backward)
+    dropout = layer.elementwise("attention dropout", heads * s * s, 2 * dt + 1, 2 * dt + 1, "attention_core")
     joined = layer.join(scores, softmax, dropout, context)
     return list(joined.forward), list(joined.backward)

@@ -82,6 +82,8 @@ def shapes_of(scenario: Scenario) -> Shapes:
         m.position_embedding == "rope",
         m.q_hidden,
         m.qk_norm,
+        m.hidden_dropout > 0,
+        m.attention_dropout > 0,
     )
 
 

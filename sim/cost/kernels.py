@@ -126,8 +126,12 @@ class LayerKernels:
 
     def _dropout_add(self, tokens: float) -> Pair:
         """Fused bias-dropout-add: read x and the residual, write y and the mask (3 dt + 1);
-        backward read dy and the mask, write dx (2 dt + 1)."""
+        backward read dy and the mask, write dx (2 dt + 1). Without hidden dropout the residual
+        add alone (3 dt), whose backward hands dy to both inputs as it is: no kernel."""
         dt = self.sh.dtype_bytes
+        if not self.sh.hidden_dropout:
+            forward, _ = self.elementwise("residual add", tokens * self.sh.hidden, 3 * dt, 0)
+            return forward, []
         return self.elementwise("dropout+residual", tokens * self.sh.hidden, 3 * dt + 1, 2 * dt + 1)
 
     @staticmethod
@@ -231,6 +235,8 @@ class LayerKernels:
         forward, backward = self.elementwise("embedding", elements, (tables + 1) * dt, dt + 8, part="W")
         weights = float((sh.vocab // sh.tp + (0 if sh.rope else sh.seq_len)) * sh.hidden)
         lookup = (forward, [dataclasses.replace(backward[0], weights=weights)])
+        if not sh.hidden_dropout:
+            return self.join(lookup)
         return self.join(lookup, self.elementwise("embedding dropout", elements, 2 * dt + 1, 2 * dt + 1))
 
     def head(self) -> ItemKernels:

@@ -47,10 +47,12 @@ Beyond the paper's layer:
   save_for_backward, softmax_lse of shape (batch, heads, seqlen_q) in float32): 4asb, split by t.
 - selective recompute with flash attention: the checkpointed core's inputs Q, K, V are kept
   anyway and its output is the projection's input, so only the logsumexp goes: the linear terms.
-Dropout masks are counted as the paper does: a scenario cannot say dropout is off. NeMo trains
-Llama 2 and Nemotron without it (NeMo-Framework-Launcher conf/training/llama/llama2_7b.yaml,
-nemotron/nemotron_8b.yaml: hidden_dropout 0.0), where PyTorch's dropout returns its input and
-keeps no mask: there 2sbh per layer (/t under sequence parallelism) are counted too many.
+- without dropout (model.hidden_dropout, model.attention_dropout 0, as Llama, Mixtral, Qwen3 and
+  NeMo's Nemotron train: NeMo-Framework-Launcher conf/training/llama/llama2_7b.yaml and
+  nemotron/nemotron_8b.yaml, hidden_dropout and attention_dropout 0.0) PyTorch's dropout returns
+  its input and keeps no mask: the two hidden dropout masks 2sbh go (/t under sequence
+  parallelism); without attention dropout the context GEMM reads the softmax's output itself, so
+  the core keeps only that, 2as^2b of the 5as^2b.
 Activations are 16-bit whatever training.fp8 (Transformer Engine may keep FP8 copies of GEMM
 inputs instead: not modelled). An MoE layer is counted as a dense MLP of width f.
 
@@ -112,12 +114,15 @@ def activation_bytes_per_layer(
     flash: bool = False,
     h_q: int | None = None,
     qk_norm: bool = False,
+    hidden_dropout: bool = True,
+    attention_dropout: bool = True,
 ) -> float:
     """Bytes one transformer layer keeps for its backward, per microbatch (module docstring).
 
     `h_kv`: the keys' and values' width (default h); `h_q`: the queries' (default h; heads wider or
     narrower than h / a); `qk_norm`: the query and key norms keep their inputs, 2sb (h_q + h_kv);
-    `f`: the MLP's width (default 4h); `gated_mlp`: a SwiGLU MLP; `flash`: fused flash attention.
+    `f`: the MLP's width (default 4h); `gated_mlp`: a SwiGLU MLP; `flash`: fused flash attention;
+    `hidden_dropout`, `attention_dropout`: whether each dropout runs (p > 0) and keeps its mask.
     Selective recompute drops the attention core's term (section 5); full recompute keeps only the
     layer input, 2sbh (Table 2), a sequence shard 2sbh/t under sequence parallelism: our reading of
     Megatron, not a row of Table 2 (which lists full recompute without sequence parallelism).
@@ -132,7 +137,7 @@ def activation_bytes_per_layer(
     q = h if h_q is None else h_q
     h_kv = q if h_kv is None else h_kv
     f = 4 * h if f is None else f
-    whole = 10.0 * sb * h  # layernorm inputs, QKV and FC1 inputs, two dropout masks
+    whole = (10.0 if hidden_dropout else 8.0) * sb * h  # layernorm inputs, QKV and FC1 inputs, two dropout masks
     attention = sb * (2 * q + 2 * h_kv + 2 * h_kv + 2 * q)  # Q, K, V, the projection's input
     attention += 2 * sb * (q + h_kv) if qk_norm else 0.0  # the query and key norms' inputs
     mlp = sb * (4 * f if gated_mlp else 2 * f) + 2 * sb * f  # the activation's input, FC2's input
@@ -141,7 +146,7 @@ def activation_bytes_per_layer(
     elif flash:
         core = 4.0 * a * sb  # fp32 logsumexp per (batch, head, query row)
     else:
-        core = 5.0 * a * s * sb  # softmax, its dropout mask, the dropout output
+        core = (5.0 if attention_dropout else 2.0) * a * s * sb  # softmax, its dropout mask, the dropout output
     return (whole / t if sp else whole) + (attention + mlp + core) / t
 
 
@@ -159,9 +164,9 @@ def cross_entropy_activation_bytes(s: int, b: int, vocab: int, t: int = 1) -> fl
     return 4.0 * sb * vocab / t + 9.0 * sb
 
 
-def embedding_activation_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False) -> float:
+def embedding_activation_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False, dropout: bool = True) -> float:
     """Bytes the embedding's stage keeps per microbatch beyond its layers (module docstring): the
     int64 token ids 8sb, their out-of-shard mask sb when t > 1, the dropout mask sbh (/t under
-    sequence parallelism)."""
+    sequence parallelism) where its (hidden) dropout runs."""
     sb = float(s) * b
-    return 8.0 * sb + (sb if t > 1 else 0.0) + sb * h / (t if sp else 1)
+    return 8.0 * sb + (sb if t > 1 else 0.0) + (sb * h / (t if sp else 1) if dropout else 0.0)

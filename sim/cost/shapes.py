@@ -31,6 +31,8 @@ class Shapes:
     rope: bool = False  # rotary position embeddings on the queries and keys; False: a learned position table
     q_hidden: int | None = None  # the queries' width where heads are not hidden / heads wide (None: hidden)
     qk_norm: bool = False  # an RMSNorm over each query and key head (Qwen3)
+    hidden_dropout: bool = True  # dropout (a mask kernel) after each block and the embedding; False: p = 0
+    attention_dropout: bool = True  # dropout over the unfused core's probabilities; False: p = 0
 
     @property
     def queries(self) -> int:

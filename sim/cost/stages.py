@@ -78,6 +78,8 @@ def layer_activation_bytes(scenario: Scenario) -> float:
         gated_mlp=m.gated_mlp,
         flash=t.flash_attention,
         qk_norm=m.qk_norm,
+        hidden_dropout=m.hidden_dropout > 0,
+        attention_dropout=m.attention_dropout > 0,
     )
 
 
@@ -90,7 +92,7 @@ def stage_activation_bytes(scenario: Scenario, stage: int, sends_output: bool) -
     split = p.tp if p.sequence_parallel else 1
     nbytes = len(stage_layer_range(scenario, stage)) * layer_activation_bytes(scenario)
     if stage == 0:
-        nbytes += embedding_activation_bytes(m.seq_len, b, m.hidden, p.tp, p.sequence_parallel)
+        nbytes += embedding_activation_bytes(m.seq_len, b, m.hidden, p.tp, p.sequence_parallel, m.hidden_dropout > 0)
     if stage == p.num_stages - 1:
         nbytes += head_activation_bytes(m.seq_len, b, m.hidden, m.vocab, p.tp, p.sequence_parallel)
     if sends_output and not p.megatron.deallocate_outputs:

@@ -48,6 +48,7 @@ class AttentionMeasurement:
     forward_s: float
     backward_s: float
     source: str
+    attention_dropout: bool = True  # the measured core ran its dropout (p > 0)
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,19 @@ class ModelSection(Section):
         description="each attention head's width (Qwen3: 128 at hidden 2048); default hidden / heads",
     )
     qk_norm: bool = Field(False, description="an RMSNorm over each query and key head (Qwen3's qk_layernorm)")
+    hidden_dropout: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="dropout after the attention and MLP blocks and the embedding (Megatron's --hidden-dropout); "
+        "0: no mask kept, no dropout kernel",
+    )
+    attention_dropout: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="dropout over the attention probabilities (Megatron's --attention-dropout); 0: none",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -78,6 +78,11 @@ class ModelSpec:
     position_embedding: str = "learned"  # "learned": a table of seq_len rows added to the tokens (GPT); "rope": rotary
     head_dim: int | None = None  # each attention head's width, where it is not hidden / heads (Qwen3); None: that
     qk_norm: bool = False  # an RMSNorm over each query and key head before attention (Qwen3's qk_layernorm)
+    # Dropout probabilities, Megatron-LM's --hidden-dropout (after the attention and MLP blocks and
+    # the embedding) and --attention-dropout (over the attention scores), 0.1 by default there. At
+    # 0.0 PyTorch's dropout returns its input: no mask kept, no dropout kernel run.
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
 
     @property
     def head_width(self) -> int:
@@ -97,7 +102,19 @@ class ModelSpec:
 
 # What the Llama 2 models share (Touvron et al. 2023, section 2.2 and Table 1): context 4096, the
 # 32000-token vocabulary, SwiGLU MLPs and rotary position embeddings.
-_llama2 = functools.partial(ModelSpec, seq_len=4096, vocab=32000, gated_mlp=True, position_embedding="rope")
+# No dropout: meta-llama/Llama-2-7b-hf config.json attention_dropout 0.0 (the Hugging Face model has
+# no other), and NeMo's recipes train them with hidden_dropout and attention_dropout 0.0
+# (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama2_7b.yaml).
+_llama2 = functools.partial(
+    ModelSpec,
+    seq_len=4096,
+    vocab=32000,
+    gated_mlp=True,
+    position_embedding="rope",
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+)
+
 
 MODELS: dict[str, ModelSpec] = {
     # GPT-3 XL, Brown et al. 2020, "Language Models are Few-Shot Learners" (arXiv:2005.14165),
@@ -137,6 +154,8 @@ MODELS: dict[str, ModelSpec] = {
         position_embedding="rope",
         kv_heads=8,
         moe=MoESpec(num_experts=8, top_k=2, expert_ffn=14336),
+        hidden_dropout=0.0,  # config.json attention_dropout 0.0; the Hugging Face model has no other dropout
+        attention_dropout=0.0,
     ),
     # DeepSeek-V3-like, DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv:2412.19437), section
     # 4.2: 61 layers, hidden 7168, 128 attention heads, all FFNs but the first three layers' are MoE
@@ -169,6 +188,8 @@ MODELS: dict[str, ModelSpec] = {
             expert_groups=8,  # inference/configs/config_671B.json: n_expert_groups 8,
             limited_groups=4,  # n_limited_groups 4 (a token's experts on at most 4 of 8 nodes)
         ),
+        hidden_dropout=0.0,  # config.json attention_dropout 0.0; the Hugging Face model has no other dropout
+        attention_dropout=0.0,
     ),
     # Qwen3-30B-A3B, Qwen Team 2025, "Qwen3 Technical Report" (arXiv:2505.09388), Table 2: 48 layers,
     # 32 query and 4 key-value heads, 128 experts of which 8 per token; the Hugging Face checkpoint's
@@ -191,5 +212,9 @@ MODELS: dict[str, ModelSpec] = {
         head_dim=128,
         qk_norm=True,
         moe=MoESpec(num_experts=128, top_k=8, expert_ffn=768),
+        # config.json attention_dropout 0.0; Megatron-Bridge's Qwen3 MoE provider sets hidden_dropout 0.0
+        # (src/megatron/bridge/models/qwen/qwen3_moe_bridge.py)
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
     ),
 }

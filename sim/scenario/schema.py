@@ -257,6 +257,8 @@ _LATER_KEYS = (  # (path, default) of keys added after the first summaries were 
     (("model", "kv_heads"), None),
     (("model", "head_dim"), None),
     (("model", "qk_norm"), False),
+    (("model", "hidden_dropout"), 0.1),
+    (("model", "attention_dropout"), 0.1),
     (("parallel", "megatron", "blocking_p2p"), None),
     (("parallel", "megatron", "grad_reduce_in_fp32"), None),
     (("parallel", "megatron", "moe_dispatcher"), "alltoall"),

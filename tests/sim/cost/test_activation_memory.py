@@ -116,24 +116,69 @@ def test_embedding_keeps_its_token_ids_and_dropout_mask():
     assert embedding_activation_bytes(4096, 4, 4096, t=2, sp=True) == 9 * tokens + tokens * 4096 / 2
 
 
+DROPOUT_TENSORS = ("softmax dropout mask", "softmax dropout output", "attention dropout mask", "MLP dropout mask")
+
+
+@pytest.mark.parametrize("t, sp", [(1, False), (8, False), (8, True)])
+def test_a_layer_without_dropout_keeps_no_masks(t, sp):
+    """At dropout 0 PyTorch's dropout returns its input: the hand count less the two hidden masks
+    (sbh each) and, without attention dropout, less the scores' mask and dropout output, the
+    context GEMM reading the softmax output itself (5as^2b becomes 2as^2b)."""
+    gpt3 = {"s": 2048, "b": 1, "h": 12288, "a": 96}
+    tensors = layer_tensors(**gpt3, f=4 * 12288, gated=False)
+    hidden_only = {k: v for k, v in tensors.items() if k not in ("attention dropout mask", "MLP dropout mask")}
+    none = {k: v for k, v in tensors.items() if k not in DROPOUT_TENSORS}
+    got = activation_bytes_per_layer(**gpt3, t=t, sp=sp, hidden_dropout=False)
+    assert got == pytest.approx(kept(hidden_only, t, sp), rel=1e-12)
+    got = activation_bytes_per_layer(**gpt3, t=t, sp=sp, hidden_dropout=False, attention_dropout=False)
+    assert got == pytest.approx(kept(none, t, sp), rel=1e-12)
+    if t == 1:  # Korthikanti's 34sbh + 5as^2b less 2sbh + 3as^2b
+        sbh = 2048 * 12288
+        assert got == 32 * sbh + 2 * 96 * 2048 * 2048
+    flash = activation_bytes_per_layer(**gpt3, t=t, sp=sp, flash=True, attention_dropout=False)
+    assert flash == activation_bytes_per_layer(**gpt3, t=t, sp=sp, flash=True)  # flash keeps no mask either way
+
+
+def test_embedding_without_dropout_keeps_its_token_ids_only():
+    tokens = 4096 * 4
+    assert embedding_activation_bytes(4096, 4, 4096, dropout=False) == 8 * tokens
+    assert embedding_activation_bytes(4096, 4, 4096, t=2, sp=True, dropout=False) == 9 * tokens
+
+
 def test_nemotron_8b_keeps_its_layers_embedding_and_head_for_one_microbatch():
-    """One stage, 1F1B: one microbatch in flight, its 32 flash layers, embedding and head (above)."""
+    """One stage, 1F1B: one microbatch in flight, its 32 flash layers, embedding and head (above),
+    none of them with a dropout mask (NeMo trains Nemotron without dropout)."""
     scenario = load_scenario(SCENARIOS / "calibration" / "nemo_nemotron_8b.yaml")
     p = scenario.parallel
     static = sum(
         model_state_bytes(stage_params(scenario, 0), p.zero, p.dp, grad_bytes=scenario.gradient_bytes).values()
     )
     tokens = 4096 * 4
-    embedding = 9 * tokens + tokens * 4096 / 2
+    tensors = layer_tensors(**NEMOTRON_8B, f=16384, gated=False)
+    layer = kept(
+        {k: v for k, v in tensors.items() if k not in DROPOUT_TENSORS and not k.startswith("softmax")}, 2, True
+    )
+    assert layer + 4 * 4 * 32 * 4096 / 2 == 1_141_899_264 - 2 * tokens * 4096 / 2  # the flash layer less two masks
+    embedding = 9 * tokens
     head = 4 * tokens * 128000 + 2 * 2 * tokens * 4096 / 2 + 9 * tokens
-    assert memory_peak_bytes(scenario) - static == pytest.approx(32 * 1_141_899_264 + embedding + head, rel=1e-12)
+    assert memory_peak_bytes(scenario) - static == pytest.approx(
+        32 * (layer + 4 * 4 * 32 * 4096 / 2) + embedding + head, rel=1e-12
+    )
 
 
 @pytest.mark.parametrize(
-    "name", ["nemo_nemotron_8b", "nemo_nemotron_22b", "nemo_llama2_7b", "nemo_llama2_13b", "nemo_llama2_70b"]
+    "name",
+    [
+        "nemo_nemotron_8b",
+        "nemo_nemotron_22b",
+        "nemo_llama2_7b",
+        "nemo_llama2_13b",
+        "nemo_llama2_70b",
+        "bridge_llama3_70b",
+    ],
 )
 def test_nemo_calibration_runs_fit_their_gpu(name):
-    """NVIDIA measured each of these on DGX H100s (NeMo 24.07 performance summary, the scenarios'
-    sources): they ran, so they fit in 80 GB."""
+    """NVIDIA measured each of these on DGX H100s (NeMo 24.07 and Megatron-Bridge performance
+    summaries, the scenarios' sources): they ran, so they fit in 80 GB."""
     scenario = load_scenario(SCENARIOS / "calibration" / f"{name}.yaml")
     assert memory_peak_bytes(scenario) <= scenario.gpu_spec.memory_bytes
