@@ -48,13 +48,26 @@ class MessageOrbits:
         moved by the shift that takes its source to the orbit's lowest GPU."""
         return self.rep_of[src] * self.image.shape[1] + self.inverse[self.shift_of[src], dst]
 
+    def message_keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """`keys`, told apart by occurrence: the j-th message from src to dst and the j-th of each
+        of its images share a key, the j-th and the k-th from src to dst do not (a collective's
+        channels send the same pair a chunk each, as many flows on the real network)."""
+        pair = src.astype(np.int64) * self.image.shape[1] + dst
+        order = np.argsort(pair, kind="stable")
+        ranked = pair[order]
+        position = np.arange(len(pair))
+        first = np.maximum.accumulate(np.where(np.r_[True, ranked[1:] != ranked[:-1]], position, 0))
+        occurrence = np.empty(len(pair), dtype=np.int64)
+        occurrence[order] = position - first
+        return self.keys(src, dst) * (int(occurrence.max(initial=0)) + 1) + occurrence
+
     def members(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every image of each message, message-major: (sources, destinations) of length |G| x F."""
         return self.image[:, src].T.ravel(), self.image[:, dst].T.ravel()
 
     def closed(self, src: np.ndarray, dst: np.ndarray) -> bool:
-        """Whether the messages (all distinct) are whole orbits: every image of each is among them."""
-        return bool((np.unique(self.keys(src, dst), return_counts=True)[1] == self.size).all())
+        """Whether the messages are whole orbits: every image of each is among them, as often."""
+        return bool((np.unique(self.message_keys(src, dst), return_counts=True)[1] == self.size).all())
 
 
 class Orbits(MessageOrbits):
@@ -110,7 +123,7 @@ class Orbits(MessageOrbits):
         for their orbits, their src, dst, routed mask, routes on canonical links (CSR, of the
         routed) and latency; each routed orbit's members as (src, dst, route CSR); every member's
         src and dst, orbit-major)."""
-        picked = np.unique(self.keys(src, dst), return_index=True)[1]
+        picked = np.unique(self.message_keys(src, dst), return_index=True)[1]
         picked.sort()
         full_src, full_dst = self.members(src[picked], dst[picked])
         routed = full_src != full_dst

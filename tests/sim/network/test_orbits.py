@@ -86,6 +86,50 @@ def test_one_flow_per_orbit_gives_every_message_the_exact_landing_time(radix, da
     assert fb.nbytes[ob] == pytest.approx(fa.nbytes[oa], rel=1e-12)
 
 
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_pair_sent_several_times_in_one_transfer_moves_as_many_flows(data):
+    """An NCCL collective's channels each send their chunk over the same pair in one step: as many
+    flows on the real network, each with its fair share. The quotient keeps the j-th message of a
+    pair and the j-th of each of its images as one orbit, not every repeat of the pair as one."""
+    image = shifts(FABRICS[2], PER_NODE)
+    transfers = [
+        (t, np.tile(src, copies), np.tile(dst, copies), nbytes)
+        for (t, src, dst, nbytes), copies in zip(
+            data.draw(symmetric_traffic(image)), data.draw(st.lists(st.integers(1, 4), min_size=6, max_size=6))
+        )
+    ]
+    exact = Network(simpy.Environment(), graph(2))
+    quotient = Network(simpy.Environment(), graph(2), images=image)
+    assert run(quotient, transfers) == pytest.approx(run(exact, transfers), rel=1e-9, abs=1e-15)
+    window = exact.env.now
+    assert quotient.link_stats(window).bytes == pytest.approx(exact.link_stats(window).bytes, rel=1e-9)
+
+
+def test_a_ring_s_channels_contend_with_another_group_as_on_the_real_network():
+    """Found on a DGX-like run (tensor parallel 2, the distributed optimizer's all-gather on
+    rails 0, 2, 4, 6 beside a tensor-parallel reduce-scatter): the channels' messages 0 -> 2 of
+    one step took one flow in the quotient, so GPU 0's NVLink carried a fraction of the
+    all-gather and the reduce-scatter ran as if alone. Here rails turned alike in every node."""
+    image = shifts(NODES, PER_NODE)
+    channels = 2
+
+    def orbit(src, dst, copies=1):
+        return np.tile(image[:, src].ravel(), copies), np.tile(image[:, dst].ravel(), copies)
+
+    ring = orbit(np.array([0, 2]), np.array([2, 0]), channels)
+    pair = orbit(np.array([0]), np.array([1]))
+    rows = [(0.0, *ring, 4e7), (1e-5, *pair, 1e7)]
+    exact = Network(simpy.Environment(), graph(2))
+    quotient = Network(simpy.Environment(), graph(2), images=image)
+    landed = run(exact, rows)
+    assert run(quotient, rows) == pytest.approx(landed, rel=1e-12)
+    alone = run(Network(simpy.Environment(), graph(2)), [(0.0, *pair, 1e7)])[0]
+    # GPU 0's NVLink uplink carries the pair's flow beside four of the ring's (two channels, and
+    # the images of 2 -> 0 under the turn by two): the pair runs at a fifth of the link at first
+    assert landed[1] - 1e-5 > 2 * alone
+
+
 def test_shifts_that_do_not_map_the_fabric_onto_itself_are_refused():
     """Moving nodes by one crosses leaf groups: a message inside a group has an image across two."""
     net = Network(simpy.Environment(), graph(), images=shifts(1, 1))
