@@ -49,6 +49,7 @@ from clustersim.sim.numerics.transformer import ShadowConfig
 from clustersim.sim.scale.execution import members_held
 from clustersim.sim.scale.symmetry import Symmetry, listable
 from clustersim.sim.scenario.schema import Scenario
+from clustersim.sim.scenario.sections import ParallelSection
 from clustersim.topologies.kind import SHARDS_ONLY, ReplicaBlocks, Shape
 from clustersim.topologies.registry import TOPOLOGIES
 
@@ -266,9 +267,10 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
     kind = TOPOLOGIES[cluster.topology.kind]
     if scenario.numerics.enabled or p.dp // p.ep * p.tp == 1 or kind.symmetry is None:
         return None
-    blocks = ReplicaBlocks(
-        gpus=p.ep * p.pp * p.tp, count=p.dp // p.ep, tp=p.tp, contiguous=tuple(p.order) == ("dp", "pp", "tp")
-    )
+    contiguous = _replicas_contiguous(p)
+    grid = layout_of(scenario).grid  # (dp, pp, tp) -> rank, which is the GPU
+    placement = () if contiguous else tuple(map(tuple, grid.reshape(p.dp // p.ep, -1).tolist()))
+    blocks = ReplicaBlocks(p.ep * p.pp * p.tp, p.dp // p.ep, p.tp, contiguous, placement)
     shape = Shape(cluster.nodes, cluster.gpus_per_node)
     step = kind.symmetry(cluster.topology, shape, blocks)
     if step == SHARDS_ONLY:  # one block of each class walked, one shard of each
@@ -276,6 +278,14 @@ def symmetry_of(scenario: Scenario) -> Symmetry | None:
         classes = listable(found, blocks.count, p.tp * p.world_size)
         return Symmetry(layout_of(scenario), classes=classes) if p.tp > 1 or len(classes) < blocks.count else None
     return None if step is None else Symmetry(layout_of(scenario), step * p.ep)
+
+
+def _replicas_contiguous(p: ParallelSection) -> bool:
+    """Whether the rank order lays the replicas out as (dp, pp, tp) does, each a block of
+    consecutive ranks: an axis of size 1 does not vary, so only the others' order counts
+    (Megatron's (pp, dp, tp) at pp 1 is (dp, pp, tp))."""
+    varying = [axis for axis in p.order if getattr(p, axis) > 1]
+    return varying == [axis for axis in ("dp", "pp", "tp") if getattr(p, axis) > 1]
 
 
 def program_of(scenario: Scenario, exact: bool = False) -> Program:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 import networkx as nx
+import numpy as np
 from pydantic import Field
 
 from clustersim.topologies.dgx import DGX_GPUS, HOP_LATENCY_s, NodeKeys
@@ -51,8 +52,10 @@ def _symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | N
     step is the fewest blocks whose shift moves whole groups (all of them, only the identity, when
     the last group is short). Blocks straddling groups or splitting nodes: SHARDS_ONLY."""
     gpus_per_node, radix = shape.gpus_per_node, keys.leaf_radix
-    if keys.load_balance != "adaptive" or not blocks.contiguous or gpus_per_node % blocks.tp:
+    if keys.load_balance != "adaptive" or gpus_per_node % blocks.tp:
         return None
+    if not blocks.contiguous:
+        return _placed_symmetry(keys, shape, blocks)
     block_nodes = blocks.gpus // gpus_per_node
     if blocks.gpus % gpus_per_node:
         return SHARDS_ONLY
@@ -72,13 +75,77 @@ def _classes(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> list[lis
     and GPUs it shares, which every block of a class meets alike."""
     if _symmetry(keys, shape, blocks) != SHARDS_ONLY or keys.oversubscription != 1 or blocks.gpus % shape.gpus_per_node:
         return None
-    block_nodes, radix = blocks.gpus // shape.gpus_per_node, keys.leaf_radix
+    if blocks.contiguous:
+        placement = np.arange(blocks.count * blocks.gpus).reshape(blocks.count, blocks.gpus)
+    else:
+        placement = np.array(blocks.placement, dtype=np.int64)
+        if not _whole_nodes(placement, shape):
+            return None
     classes: dict[tuple[int, ...], list[int]] = {}
-    for block in range(blocks.count):
-        first = block * block_nodes
-        pattern = tuple(n // radix - first // radix for n in range(first, first + block_nodes))
+    for block, pattern in enumerate(_patterns(keys, shape, placement)):
         classes.setdefault(pattern, []).append(block)
     return list(classes.values())
+
+
+def _placed_symmetry(keys: FatTreeKeys, shape: Shape, blocks: ReplicaBlocks) -> int | None:
+    """Blocks laid out otherwise than (dp, pp, tp) (Megatron's own order puts the pipeline
+    outermost: a replica is a node, or a part of one, in each stage's share of the machine), on a
+    two-tier tree: the fewest blocks whose shift moves whole nodes, rails kept, and full leaf
+    groups onto full leaf groups. Walking one block stands for all when that step is 1, or when
+    blocks of whole nodes lie on a non-blocking tree alike (`_patterns`; replicas sharing a node
+    do not: one's ring neighbour is over NVLink, another's through its NIC); else SHARDS_ONLY
+    (shards kept whole inside nodes: tp innermost)."""
+    if keys.tiers != 2 or not blocks.placement:
+        return None
+    placement = np.array(blocks.placement, dtype=np.int64)
+    shards = placement.reshape(-1, blocks.tp)
+    if (shards != shards[:, :1] + np.arange(blocks.tp)).any() or (shards[:, 0] % blocks.tp).any():
+        return None
+    alike = (
+        keys.oversubscription == 1
+        and _whole_nodes(placement, shape)
+        and len(set(_patterns(keys, shape, placement))) == 1
+    )
+    for step in range(1, blocks.count if alike else 2):
+        if blocks.count % step == 0 and _moves_the_tree(np.roll(placement, -step, axis=0), placement, keys, shape):
+            return step
+    return SHARDS_ONLY
+
+
+def _moves_the_tree(to: np.ndarray, placement: np.ndarray, keys: FatTreeKeys, shape: Shape) -> bool:
+    """Whether sending GPU placement[b, i] to to[b, i] is an automorphism of an adaptive two-tier
+    tree: each node onto one node, every GPU on its rail, full leaf groups onto full groups."""
+    per_node = shape.gpus_per_node
+    gpu = np.arange(shape.nodes * per_node)
+    image = gpu.copy()
+    image[placement.ravel()] = to.ravel()
+    node_to = image[::per_node] // per_node
+    if (image % per_node != gpu % per_node).any() or (image // per_node != np.repeat(node_to, per_node)).any():
+        return False
+    group = np.arange(shape.nodes) // keys.leaf_radix
+    sizes = np.bincount(group)
+    for g, size in enumerate(sizes.tolist()):
+        targets = np.unique(node_to[group == g] // keys.leaf_radix)
+        if len(targets) != 1 or sizes[targets[0]] != size:
+            return False
+    return True
+
+
+def _whole_nodes(placement: np.ndarray, shape: Shape) -> bool:
+    """Whether every node's GPUs belong to one block."""
+    owner = np.empty(shape.nodes * shape.gpus_per_node, dtype=np.int64)
+    owner[placement] = np.arange(len(placement))[:, None]
+    return bool((owner.reshape(shape.nodes, -1) == owner[:: shape.gpus_per_node, None]).all())
+
+
+def _patterns(keys: FatTreeKeys, shape: Shape, placement: np.ndarray) -> list[tuple[int, ...]]:
+    """Each block's nodes (in its GPUs' order, each once) as leaf groups counted from its first
+    node's: blocks of one pattern have their own messages on paths of the same lengths."""
+    patterns = []
+    for gpus in placement:
+        nodes = list(dict.fromkeys((gpus // shape.gpus_per_node).tolist()))
+        patterns.append(tuple(n // keys.leaf_radix - nodes[0] // keys.leaf_radix for n in nodes))
+    return patterns
 
 
 FATTREE = TopologyKind(

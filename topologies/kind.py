@@ -65,12 +65,14 @@ class ReplicaBlocks:
     """How a run's data-parallel replicas lie on the GPUs, for a kind's `symmetry`: `count` blocks
     of `gpus` GPUs, one block per shift of ep replicas (gpus = ep x pp x tp), tensor-parallel
     shards of `tp` GPUs innermost. `contiguous`: rank order (dp, pp, tp), so block b is GPUs
-    b x gpus .. (b + 1) x gpus - 1 and shifting blocks shifts GPU indices."""
+    b x gpus .. (b + 1) x gpus - 1 and shifting blocks shifts GPU indices. Otherwise `placement`
+    lists each block's GPUs (replica, stage, shard order), where the kind may read them."""
 
     gpus: int
     count: int
     tp: int
     contiguous: bool
+    placement: tuple[tuple[int, ...], ...] = ()
 
 
 SHARDS_ONLY = 0

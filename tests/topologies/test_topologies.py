@@ -237,6 +237,29 @@ def test_fat_tree_symmetry_steps(nodes, radix, tiers, balance, blocks, step):
     assert answer == step
 
 
+def megatron_blocks(nodes: int, tp: int, pp: int) -> ReplicaBlocks:
+    """Replicas laid out in Megatron's order (pipeline outermost, tensor parallel innermost) on
+    nodes of 8 GPUs: replica d holds GPUs p x (dp tp) + d tp .. + tp - 1 of each stage p."""
+    dp = nodes * 8 // (tp * pp)
+    grid = np.arange(nodes * 8).reshape(pp, dp, tp).transpose(1, 0, 2)  # (dp, pp, tp) -> GPU
+    return ReplicaBlocks(pp * tp, dp, tp, False, tuple(map(tuple, grid.reshape(dp, -1).tolist())))
+
+
+@pytest.mark.parametrize(
+    "nodes,radix,tp,pp,step",
+    [
+        (64, 16, 8, 2, 16),  # each stage's 32 nodes are two groups: shifting 16 replicas swaps them
+        (64, 32, 8, 2, 1),  # each stage's share is one group: any shift of whole nodes
+        (64, 32, 2, 2, SHARDS_ONLY),  # four replicas a node: they do not lie alike, each walked
+        (48, 16, 8, 2, SHARDS_ONLY),  # shares of 24 nodes straddle groups of 16 unalike
+    ],
+)
+def test_fat_tree_symmetry_of_megatron_s_rank_order(nodes, radix, tp, pp, step):
+    kind = TOPOLOGIES["fattree"]
+    keys = kind.keys.model_validate({"leaf_radix": radix, "load_balance": "adaptive", "link_latency": 1e-6})
+    assert kind.symmetry(keys, Shape(nodes, 8), megatron_blocks(nodes, tp, pp)) == step
+
+
 def test_dgx_presets_are_h100_nvlink4_and_connectx7():
     graph = dgx_node()
     bandwidths = {(graph.nodes[u][KIND], graph.nodes[v][KIND]): d[BANDWIDTH] for u, v, d in graph.edges(data=True)}

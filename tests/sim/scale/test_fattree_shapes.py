@@ -117,6 +117,16 @@ CASES = {
     # non-blocking, 12 nodes in groups of 3: blocks 0 2 3 5 inside a group, 1 and 4 straddling:
     # classes of 4 and 2 turn together, lcm 4 turns x 4 shards; 2 blocks walked of 6
     "straddling-classes": (dict(nodes=12, per=4, radix=3, tiers=2, over=1, tp=4, pp=2, dp=6), 4 * 4),
+    # Megatron's own order, the pipeline outermost: replica d is node d of stage 0's four and node
+    # 4 + d of stage 1's; a shift by two replicas swaps the leaf groups inside each stage's share,
+    # and every replica lies alike (a node in one group of each share): one replica walked
+    "pipeline-outermost": (dict(nodes=8, per=4, radix=2, tiers=2, over=1, tp=4, pp=2, dp=4, order="pp, dp, tp"), 16),
+    # the same with two replicas in a node (tp 2): they do not lie alike (one's data-parallel ring
+    # neighbour is over NVLink, the other's through its NIC), so every replica is walked, one shard each
+    "pipeline-outermost-shared-nodes": (
+        dict(nodes=8, per=4, radix=2, tiers=2, over=1, tp=2, pp=2, dp=8, order="pp, dp, tp"),
+        2,
+    ),
 }
 
 
